@@ -1,0 +1,50 @@
+# txjoin: `make demo` runs the pizzeria scenario end to end; `make test` runs
+# lint, type checks and the whole suite against a real PostgreSQL, Spark and
+# Delta. Both install what is missing first.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.txjoin-installed
+PYTEST_ARGS ?=
+
+.PHONY: all setup system venv lint typecheck test test-unit test-thorough demo bench clean
+
+all: test
+
+system:
+	@sh scripts/setup-system.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+setup: system venv
+
+lint: setup
+	$(BIN)/ruff check src tests bench scenarios
+
+typecheck: setup
+	$(BIN)/mypy
+
+test: lint typecheck
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest $(PYTEST_ARGS)
+
+test-unit: setup
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+test-thorough: lint typecheck
+	HYPOTHESIS_PROFILE=thorough TXJOIN_THOROUGH=1 $(BIN)/pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/txjoin scenario run pizzeria
+
+bench: setup
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf .txjoin .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""PostgreSQL-facing helpers: the embedded server, names, and source checks."""

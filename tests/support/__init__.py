@@ -1,0 +1,1 @@
+"""Test support shared by unit, integration and property tests."""
