@@ -1,0 +1,1 @@
+"""Capture: PostgreSQL logical replication into a Debezium-format changelog."""
