@@ -7,7 +7,7 @@ from types import FrameType
 
 import tests.support.profiles  # noqa: F401  (registers hypothesis profiles)
 
-pytest_plugins = ["tests.support.pg"]
+pytest_plugins = ["tests.support.pg", "tests.support.spark"]
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:

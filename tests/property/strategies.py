@@ -182,3 +182,67 @@ def frame(batch: list[Segment]) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in EVENT_COLUMNS.items()})
     df = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
     return df.astype(EVENT_COLUMNS)
+
+
+def render(row: dict[str, Any], source: str = "s") -> str:
+    """The Debezium JSON record an EVENT_COLUMNS row stands for."""
+    if row["kind"] == "change":
+        seq = [None if row["seq_prev"] < 0 else str(row["seq_prev"]), str(row["lsn"])]
+        value: dict[str, Any] = {
+            "before": json.loads(row["before"]) if row["before"] else None,
+            "after": json.loads(row["after"]) if row["after"] else None,
+            "source": {
+                "version": "test",
+                "connector": "postgresql",
+                "name": source,
+                "ts_ms": row["ts_ms"],
+                "snapshot": row["snapshot"],
+                "db": "db",
+                "sequence": json.dumps(seq),
+                "schema": row["schema"],
+                "table": row["table"],
+                "txId": row["xid"],
+                "lsn": row["lsn"],
+                "xmin": None,
+            },
+            "op": row["op"],
+            "ts_ms": row["ts_ms"],
+            "transaction": {
+                "id": f"{row['xid']}:{row['lsn']}",
+                "total_order": row["total_order"],
+                "data_collection_order": 1,
+            },
+        }
+        return json.dumps(value)
+    if row["kind"] == "begin":
+        return json.dumps(
+            {
+                "status": "BEGIN",
+                "id": f"{row['xid']}:{row['lsn']}",
+                "ts_ms": row["ts_ms"],
+                "event_count": None,
+                "data_collections": None,
+            }
+        )
+    return json.dumps(
+        {
+            "status": "END",
+            "id": f"{row['xid']}:{row['lsn']}",
+            "ts_ms": row["ts_ms"],
+            "event_count": row["event_count"],
+            "data_collections": json.loads(row["data_collections"]),
+        }
+    )
+
+
+def assign_offsets(segments: list[Segment]) -> dict[int, tuple[str, int, int]]:
+    """File identity of each segment (by id): (topic dir, first, last) in creation order."""
+    next_offset: dict[str, int] = {}
+    out: dict[int, tuple[str, int, int]] = {}
+    for seg in segments:
+        topic = "transaction" if seg.topic == "tx" else seg.topic
+        first = next_offset.get(topic, 0)
+        last = first + len(seg.rows) - 1
+        next_offset[topic] = last + 1
+        out[id(seg)] = (topic, first, last)
+    return out

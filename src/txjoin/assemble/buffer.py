@@ -36,7 +36,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from txjoin.errors import AssemblyError, IncompleteTransaction, TransactionTooLarge
+from txjoin.errors import (
+    AssemblyError,
+    IncompleteTransaction,
+    ProtocolError,
+    TransactionTooLarge,
+)
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -321,6 +326,15 @@ def assemble(
     """
     report = BatchReport()
     kinds = batch["kind"] if not batch.empty else pd.Series(dtype="object")
+    if not batch.empty and (kinds == "bad").any():
+        bad = batch.loc[kinds == "bad"].iloc[0]
+        raise ProtocolError(
+            f"source {state.source!r}: record in {bad['schema']} is neither a Debezium change "
+            f"event nor a transaction marker: {bad['after']!r}. Fix or remove that record; "
+            "nothing after the last good transaction was released",
+            path=bad["schema"],
+            source=state.source,
+        )
 
     # -- change events into the buffer, without duplicates ----------------
     changes = (

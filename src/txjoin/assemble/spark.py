@@ -1,0 +1,80 @@
+"""The assembly operator on Spark: ``applyInPandasWithState``, one group per source.
+
+Grouping by transaction id would call Python once per transaction (about
+2.3k events/s here); one group per source calls it once per micro-batch with
+all of the source's rows, and :func:`~txjoin.assemble.buffer.assemble` works
+on them vectorized. Commit order also needs one place that sees the whole
+source. This module only converts between Spark's ``GroupState`` and
+:class:`~txjoin.assemble.buffer.AssemblyState`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pandas as pd
+
+from txjoin.assemble.buffer import (
+    EVENT_COLUMNS,
+    OUTPUT_COLUMNS,
+    AssemblerConfig,
+    AssemblyState,
+    assemble,
+)
+
+__all__ = ["OUTPUT_SCHEMA", "STATE_SCHEMA", "assemble_stream", "state_function"]
+
+log = logging.getLogger(__name__)
+
+_SPARK_TYPES = {"int64": "long", "object": "string"}
+OUTPUT_SCHEMA = ", ".join(f"{c} {_SPARK_TYPES[t]}" for c, t in OUTPUT_COLUMNS.items())
+STATE_SCHEMA = "meta string, events binary"
+
+
+def state_function(
+    cfg: AssemblerConfig,
+) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
+    """The function ``applyInPandasWithState`` calls for each source and batch."""
+
+    def run(key: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        source = str(key[0])
+        if state.exists:
+            meta, events = state.get
+            st = AssemblyState.restore(meta, events)
+        else:
+            st = AssemblyState(source=source)
+        parts = [f for f in frames if not f.empty]
+        batch = (
+            pd.concat(parts, ignore_index=True)[list(EVENT_COLUMNS)]
+            if parts
+            else pd.DataFrame({c: pd.Series(dtype=t) for c, t in EVENT_COLUMNS.items()})
+        )
+        released, report = assemble(st, batch, cfg, time.time())
+        state.update((st.meta_json(), st.events_bytes()))
+        if report.released_transactions:
+            log.debug(
+                "source %s: released %d transactions (%d events), %d events buffered",
+                source,
+                report.released_transactions,
+                report.released_events,
+                report.buffered_events,
+            )
+        yield from released
+
+    return run
+
+
+def assemble_stream(events: Any, cfg: AssemblerConfig) -> Any:
+    """Whole transactions, in commit order per source, from decoded events."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    return events.groupBy("source").applyInPandasWithState(
+        state_function(cfg),
+        outputStructType=OUTPUT_SCHEMA,
+        stateStructType=STATE_SCHEMA,
+        outputMode="append",
+        timeoutConf=GroupStateTimeout.NoTimeout,
+    )

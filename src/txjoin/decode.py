@@ -1,0 +1,216 @@
+"""Read a changelog as a Spark stream and decode Debezium envelopes into rows.
+
+Two inputs, one decoder:
+
+- ``files``: the embedded changelog, every topic of the sources read through
+  one file-stream source with a glob (``<root>/<source>.*/*.jsonl``). Each
+  record's segment range comes from its file name, so assembly can see gaps
+  in the transaction topic.
+- ``kafka``: the same topics in Kafka (value = the same JSON). Needs Spark's
+  Kafka package on the classpath, which this repository's tests cannot load;
+  the decoder below is shared and tested with the file input.
+
+Values may be plain or wrapped as ``{"schema": ..., "payload": ...}``
+(JsonConverter with schemas.enable=true). Tombstones (``null``) are skipped.
+A record that does not parse becomes a ``bad`` row, which assembly turns into
+an error naming the file: bad input is loud, never dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from txjoin.assemble.buffer import EVENT_COLUMNS
+from txjoin.errors import ConfigError, MissingDependency
+
+__all__ = ["ChangelogInput", "decode", "raw_stream", "read_events"]
+
+_SEGMENT_RE = r"/([^/]+)/([0-9]{20})-([0-9]{20})\.jsonl$"
+
+
+@dataclass(frozen=True)
+class ChangelogInput:
+    """Where the pipeline reads change events from."""
+
+    kind: Literal["files", "kafka"] = "files"
+    #: Root of the embedded changelog (kind='files').
+    path: Path | None = None
+    #: Kafka consumer options, e.g. {"kafka.bootstrap.servers": "host:9092"}.
+    kafka_options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("files", "kafka"):
+            raise ConfigError(
+                f"changelog kind {self.kind!r} is invalid: valid values are 'files', 'kafka'"
+            )
+        if self.kind == "files" and self.path is None:
+            raise ConfigError("changelog kind 'files' needs a path")
+        if self.kind == "kafka" and "kafka.bootstrap.servers" not in self.kafka_options:
+            raise ConfigError(
+                "changelog kind 'kafka' needs kafka_options['kafka.bootstrap.servers']"
+            )
+
+
+def _envelope_schema() -> Any:
+    from pyspark.sql import types as T
+
+    source = T.StructType(
+        [
+            T.StructField("name", T.StringType()),
+            T.StructField("snapshot", T.StringType()),
+            T.StructField("sequence", T.StringType()),
+            T.StructField("schema", T.StringType()),
+            T.StructField("table", T.StringType()),
+            T.StructField("txId", T.LongType()),
+            T.StructField("lsn", T.LongType()),
+            T.StructField("ts_ms", T.LongType()),
+        ]
+    )
+    tx = T.StructType(
+        [
+            T.StructField("id", T.StringType()),
+            T.StructField("total_order", T.LongType()),
+            T.StructField("data_collection_order", T.LongType()),
+        ]
+    )
+    fields = [
+        # StringType keeps nested JSON objects as their JSON text.
+        T.StructField("before", T.StringType()),
+        T.StructField("after", T.StringType()),
+        T.StructField("op", T.StringType()),
+        T.StructField("ts_ms", T.LongType()),
+        T.StructField("source", source),
+        T.StructField("transaction", tx),
+        T.StructField("status", T.StringType()),
+        T.StructField("id", T.StringType()),
+        T.StructField("event_count", T.LongType()),
+        T.StructField("data_collections", T.StringType()),
+    ]
+    inner = T.StructType(fields)
+    outer = T.StructType(
+        [*fields, T.StructField("payload", inner), T.StructField("schema", T.StringType())]
+    )
+    return inner, outer
+
+
+def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
+    """A streaming frame of (topic, value, seg_first, seg_last) for ``sources``."""
+    from pyspark.sql import functions as F
+
+    if not sources:
+        raise ConfigError("no sources to read")
+    if inp.kind == "files":
+        assert inp.path is not None
+        root = Path(inp.path).absolute()
+        root.mkdir(parents=True, exist_ok=True)
+        names = sources[0] if len(sources) == 1 else "{" + ",".join(sources) + "}"
+        df = spark.readStream.format("text").load(f"{root}/{names}.*/*.jsonl")
+        path = F.col("_metadata.file_path")
+        return df.select(
+            F.regexp_extract(path, _SEGMENT_RE, 1).alias("topic"),
+            F.col("value"),
+            F.regexp_extract(path, _SEGMENT_RE, 2).cast("long").alias("seg_first"),
+            F.regexp_extract(path, _SEGMENT_RE, 3).cast("long").alias("seg_last"),
+            path.alias("path"),
+        )
+    pattern = "|".join(f"{s}\\..*" for s in sources)
+    try:
+        reader = spark.readStream.format("kafka").option("subscribePattern", pattern)
+        for k, v in inp.kafka_options.items():
+            reader = reader.option(k, v)
+        df = reader.option("startingOffsets", "earliest").load()
+    except Exception as e:  # the Kafka source is a separate Spark package
+        if "kafka" in str(e).lower() and "not find" in str(e).lower():
+            raise MissingDependency(
+                "Spark's Kafka source is not on the classpath: start Spark with "
+                "--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>, or use "
+                "the embedded changelog (kind 'files')",
+                package="spark-sql-kafka-0-10",
+            ) from None
+        raise
+    return df.select(
+        F.col("topic"),
+        F.col("value").cast("string").alias("value"),
+        F.col("offset").alias("seg_first"),
+        F.col("offset").alias("seg_last"),
+        F.concat(F.col("topic"), F.lit("@"), F.col("partition"), F.lit(":"), F.col("offset")).alias(
+            "path"
+        ),
+    )
+
+
+def decode(raw: Any) -> Any:
+    """Decode (topic, value, seg_first, seg_last, path) rows into assembly input rows."""
+    from pyspark.sql import functions as F
+
+    inner, outer = _envelope_schema()
+    j = F.from_json(F.col("value"), outer)
+    parsed = raw.withColumn("j", j)
+    plain = F.struct(*[F.col("j")[f.name].alias(f.name) for f in inner.fields])
+    e = F.when(F.col("j.payload").isNotNull(), F.col("j.payload")).otherwise(plain)
+    parsed = parsed.withColumn("e", e)
+    value_trim = F.trim(F.col("value"))
+    is_tombstone = F.col("value").isNull() | (value_trim == "null")
+    topic = F.col("topic")
+    kind = (
+        F.when(is_tombstone, F.lit(None))
+        .when(F.col("j").isNull(), F.lit("bad"))
+        .when(F.col("e.op").isNotNull() & (F.col("e.op") != "m"), F.lit("change"))
+        .when(F.col("e.op") == "m", F.lit(None))
+        .when(F.col("e.status") == "BEGIN", F.lit("begin"))
+        .when(F.col("e.status") == "END", F.lit("end"))
+        .when(
+            topic.endswith(".heartbeat") | topic.startswith("__debezium-heartbeat"),
+            F.lit("heartbeat"),
+        )
+        .otherwise(F.lit("bad"))
+    )
+    id_parts = F.split(F.col("e.id"), ":")
+    seq = F.from_json(F.col("e.source.sequence"), "array<string>")
+    is_change = F.col("kind") == "change"
+    is_marker = F.col("kind").isin("begin", "end")
+    source_name = F.when(
+        topic.startswith("__debezium-heartbeat."),
+        F.regexp_extract(topic, r"^__debezium-heartbeat\.(.*)$", 1),
+    ).otherwise(F.regexp_extract(topic, r"^([^.]+)\.", 1))
+
+    def long_or(c: Any) -> Any:
+        return F.coalesce(c.cast("long"), F.lit(-1).cast("long"))
+
+    out = parsed.withColumn("kind", kind).where(F.col("kind").isNotNull())
+    is_tx_topic = topic.endswith(".transaction")
+    cols = {
+        "source": source_name,
+        "kind": F.col("kind"),
+        "seg_first": F.when(is_tx_topic, long_or(F.col("seg_first"))).otherwise(
+            F.lit(-1).cast("long")
+        ),
+        "seg_last": F.when(is_tx_topic, long_or(F.col("seg_last"))).otherwise(
+            F.lit(-1).cast("long")
+        ),
+        "xid": long_or(F.when(is_change, F.col("e.source.txId")).when(is_marker, id_parts[0])),
+        "lsn": long_or(F.when(is_change, F.col("e.source.lsn")).when(is_marker, id_parts[1])),
+        "seq_prev": long_or(F.when(is_change, seq[0])),
+        "total_order": long_or(F.col("e.transaction.total_order")),
+        "op": F.col("e.op"),
+        "snapshot": F.coalesce(F.lower(F.col("e.source.snapshot")), F.lit("false")),
+        "schema": F.when(F.col("kind") == "bad", F.col("path")).otherwise(F.col("e.source.schema")),
+        "table": F.col("e.source.table"),
+        "ts_ms": long_or(F.coalesce(F.col("e.source.ts_ms"), F.col("e.ts_ms"))),
+        "event_count": long_or(F.col("e.event_count")),
+        "data_collections": F.col("e.data_collections"),
+        "before": F.col("e.before"),
+        # A bad row carries the start of the offending record for the error.
+        "after": F.when(F.col("kind") == "bad", F.substring(F.col("value"), 1, 200)).otherwise(
+            F.col("e.after")
+        ),
+    }
+    assert list(cols)[1:] == list(EVENT_COLUMNS), "decode must produce assembly's columns in order"
+    return out.select(*[c.alias(name) for name, c in cols.items()])
+
+
+def read_events(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
+    """Decoded change events and markers of ``sources`` as a streaming frame."""
+    return decode(raw_stream(spark, inp, sources))
