@@ -62,6 +62,10 @@ def spark_session(
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.sql.session.timeZone": "UTC",
+        # Capture trims old heartbeat segments; a listed-then-deleted one is harmless.
+        "spark.sql.files.ignoreMissingFiles": "true",
+        # PostgreSQL json_build_object keeps null fields; so must to_json.
+        "spark.sql.jsonGenerator.ignoreNullFields": "false",
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         # Small local batches: code generation costs more than it saves.
@@ -72,7 +76,5 @@ def spark_session(
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(
-        "WARN" if os.environ.get("TXJOIN_SPARK_VERBOSE") == "1" else "ERROR"
-    )
+    spark.sparkContext.setLogLevel("WARN" if os.environ.get("TXJOIN_SPARK_VERBOSE") == "1" else "ERROR")
     return spark

@@ -104,9 +104,7 @@ def test_server_stops_when_the_starting_process_is_killed(scratch_dir: Path) -> 
     assert not pg.status().running, "watchdog did not stop the server after its parent died"
 
 
-def test_missing_binaries_name_the_package(
-    monkeypatch: pytest.MonkeyPatch, scratch_dir: Path
-) -> None:
+def test_missing_binaries_name_the_package(monkeypatch: pytest.MonkeyPatch, scratch_dir: Path) -> None:
     monkeypatch.setenv("TXJOIN_PG_BINDIR", str(scratch_dir))
     with pytest.raises(MissingDependency) as err:
         EmbeddedPostgres(scratch_dir / "data")

@@ -145,18 +145,7 @@ class LogicalMessage:
     content: bytes
 
 
-Message = (
-    Begin
-    | Commit
-    | Origin
-    | Relation
-    | TypeInfo
-    | Insert
-    | Update
-    | Delete
-    | Truncate
-    | LogicalMessage
-)
+Message = Begin | Commit | Origin | Relation | TypeInfo | Insert | Update | Delete | Truncate | LogicalMessage
 
 _Q = struct.Struct(">Q")
 _I = struct.Struct(">I")
@@ -189,9 +178,7 @@ def _tuple(buf: bytes, pos: int) -> tuple[tuple[TupleValue, ...], int]:
             (n,) = unpack_len(buf, pos)
             pos += 4
             if pos + n > size:
-                raise ProtocolError(
-                    f"pgoutput tuple: column of {n} bytes is truncated at byte {pos}"
-                )
+                raise ProtocolError(f"pgoutput tuple: column of {n} bytes is truncated at byte {pos}")
             append(buf[pos : pos + n].decode("utf-8"))
             pos += n
         elif kind == 0x6E:  # 'n': NULL
@@ -202,9 +189,7 @@ def _tuple(buf: bytes, pos: int) -> tuple[tuple[TupleValue, ...], int]:
             (n,) = unpack_len(buf, pos)
             pos += 4
             if pos + n > size:
-                raise ProtocolError(
-                    f"pgoutput tuple: column of {n} bytes is truncated at byte {pos}"
-                )
+                raise ProtocolError(f"pgoutput tuple: column of {n} bytes is truncated at byte {pos}")
             append(bytes(buf[pos : pos + n]))
             pos += n
         else:
@@ -275,9 +260,7 @@ def decode(payload: bytes) -> Message:
             (lsn,) = _Q.unpack_from(payload, 2)
             prefix, pos = _cstring(payload, 10, "Message")
             (n,) = _I.unpack_from(payload, pos)
-            return LogicalMessage(
-                bool(flags & 1), lsn, prefix, bytes(payload[pos + 4 : pos + 4 + n])
-            )
+            return LogicalMessage(bool(flags & 1), lsn, prefix, bytes(payload[pos + 4 : pos + 4 + n]))
     except (struct.error, IndexError, UnicodeDecodeError) as e:
         raise ProtocolError(
             f"pgoutput message {chr(tag)!r} ({len(payload)} bytes) is truncated or malformed: {e}"

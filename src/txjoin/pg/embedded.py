@@ -51,15 +51,11 @@ def find_bindir() -> Path:
     else:
         candidates.extend(_default_bindirs())
     for c in candidates:
-        if all(
-            (c / b).is_file() and os.access(c / b, os.X_OK)
-            for b in ("initdb", "pg_ctl", "postgres")
-        ):
+        if all((c / b).is_file() and os.access(c / b, os.X_OK) for b in ("initdb", "pg_ctl", "postgres")):
             return c
     searched = ", ".join(str(c) for c in candidates) or "(no candidate directories)"
     raise MissingDependency(
-        f"PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in {searched}: "
-        + _INSTALL_HINT,
+        f"PostgreSQL server binaries (initdb, pg_ctl, postgres) not found in {searched}: " + _INSTALL_HINT,
         package="postgresql",
     )
 
@@ -180,9 +176,7 @@ class EmbeddedPostgres:
     def dsn(self, dbname: str = "postgres", user: str | None = None) -> str:
         port = self.port or self.status().port
         if port is None:
-            raise SourceError(
-                f"embedded PostgreSQL in {self.data_dir} is not running: start it first"
-            )
+            raise SourceError(f"embedded PostgreSQL in {self.data_dir} is not running: start it first")
         return f"host={self.host} port={port} user={user or self.user} dbname={dbname}"
 
     @property
@@ -340,9 +334,7 @@ class EmbeddedPostgres:
     def stop(self, mode: str = "fast") -> None:
         """Stop the server if it runs; safe to call twice."""
         if self.initialized() and self.status().running:
-            self._run(
-                [str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"]
-            )
+            self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"])
         if self._watchdog is not None:
             self._watchdog.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -358,9 +350,7 @@ class EmbeddedPostgres:
     def status(self) -> ServerStatus:
         if not self.initialized():
             return ServerStatus(False, None, None, self.data_dir)
-        proc = self._run(
-            [str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "status"], check=False
-        )
+        proc = self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "status"], check=False)
         if proc.returncode != 0:
             return ServerStatus(False, None, None, self.data_dir)
         pid = port = None

@@ -108,6 +108,4 @@ def parse_table_name(text: str, default_schema: str = "public") -> QualifiedName
         return QualifiedName(default_schema, parts[0])
     if len(parts) == 2 and all(parts):
         return QualifiedName(parts[0], parts[1])
-    raise ConfigError(
-        f"table name {text!r} is invalid: write 'table' or 'schema.table'", table=text
-    )
+    raise ConfigError(f"table name {text!r} is invalid: write 'table' or 'schema.table'", table=text)

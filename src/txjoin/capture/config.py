@@ -1,0 +1,111 @@
+"""Configuration of one capture source."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from txjoin.errors import ConfigError
+from txjoin.pg.names import QualifiedName, validate_publication_name, validate_slot_name
+
+__all__ = [
+    "CaptureConfig",
+    "heartbeat_topic",
+    "table_topic",
+    "transaction_topic",
+    "validate_prefix",
+]
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def validate_prefix(prefix: str) -> str:
+    """A topic prefix (Debezium's ``topic.prefix``): no dots, so topics parse back."""
+    if not _PREFIX_RE.match(prefix) or len(prefix) > 100:
+        raise ConfigError(
+            f"source name {prefix!r} is invalid as a topic prefix: use letters, digits, '_' and "
+            "'-' (no dots), at most 100 characters",
+            source=prefix,
+        )
+    return prefix
+
+
+def table_topic(prefix: str, table: QualifiedName) -> str:
+    return f"{prefix}.{table.schema}.{table.table}"
+
+
+def transaction_topic(prefix: str) -> str:
+    return f"{prefix}.transaction"
+
+
+def heartbeat_topic(prefix: str) -> str:
+    # Debezium names it __debezium-heartbeat.<prefix>; names starting with '_'
+    # are hidden from Spark's file source, and we want heartbeats in the stream.
+    return f"{prefix}.heartbeat"
+
+
+_TOPIC_PART_RE = re.compile(r"^[A-Za-z0-9_$-]+$")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    """One source: a database, its captured tables, and where events go."""
+
+    #: libpq connection string of the source database (never logged).
+    dsn: str
+    #: Tables to capture; each needs a primary key.
+    tables: tuple[QualifiedName, ...]
+    #: Root directory of the changelog.
+    changelog: Path
+    #: Topic prefix and source name (Debezium ``topic.prefix``).
+    prefix: str
+    #: Replication slot; default ``txjoin_<prefix>`` (lower-cased, '-' -> '_').
+    slot: str = ""
+    #: Publication; default the slot name.
+    publication: str = ""
+    #: A segment is made durable once this many bytes are pending...
+    roll_bytes: int = 8 << 20
+    #: ...or once the oldest pending record is this old (seconds).
+    roll_interval: float = 0.2
+    #: Seconds between heartbeat records on an idle source.
+    heartbeat_interval: float = 1.0
+    #: Take an initial snapshot (op 'r') when the slot is created.
+    snapshot: bool = True
+    #: Give up reconnecting after this many seconds without a connection.
+    reconnect_timeout: float = 300.0
+    #: Set REPLICA IDENTITY FULL on the captured tables before starting.
+    replica_identity_full: bool = False
+    #: Keepalive/status interval of the replication connection (seconds).
+    status_interval: float = 10.0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_prefix(self.prefix)
+        if not self.tables:
+            raise ConfigError(f"source {self.prefix!r} captures no tables: list at least one")
+        for t in self.tables:
+            if not (_TOPIC_PART_RE.match(t.schema) and _TOPIC_PART_RE.match(t.table)):
+                raise ConfigError(
+                    f"table {t} cannot be captured: its schema and table names must consist of "
+                    "letters, digits, '_', '$' or '-' so its topic name parses back",
+                    table=str(t),
+                )
+        if len(set(self.tables)) != len(self.tables):
+            raise ConfigError(f"source {self.prefix!r} lists a table twice")
+        slot = self.slot or "txjoin_" + self.prefix.lower().replace("-", "_")
+        object.__setattr__(self, "slot", validate_slot_name(slot))
+        object.__setattr__(self, "publication", validate_publication_name(self.publication or slot))
+        if self.roll_bytes <= 0 or self.roll_interval <= 0 or self.heartbeat_interval <= 0:
+            raise ConfigError("roll_bytes, roll_interval and heartbeat_interval must be positive")
+
+    @property
+    def transaction_topic(self) -> str:
+        return transaction_topic(self.prefix)
+
+    @property
+    def heartbeat_topic(self) -> str:
+        return heartbeat_topic(self.prefix)
+
+    def topic(self, table: QualifiedName) -> str:
+        return table_topic(self.prefix, table)

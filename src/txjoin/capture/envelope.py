@@ -1,0 +1,188 @@
+"""Debezium PostgreSQL connector event values (plain JSON, schemas.enable=false).
+
+Field names and order follow Debezium's Envelope and PostgreSQL Source
+structs (shared/docs/protocol.md, section B). Deviations, documented in
+docs/types.md:
+
+- the envelope's ``ts_ms``/``ts_us``/``ts_ns`` carry the commit time, not the
+  time capture processed the event, so a redelivered event is byte-identical;
+- snapshot rows carry a ``transaction`` block like streamed rows (Debezium
+  sends null), and the snapshot unit has BEGIN/END markers.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from txjoin import __version__
+from txjoin.errors import ProtocolError
+
+__all__ = [
+    "Op",
+    "SourceInfo",
+    "begin_event",
+    "change_event",
+    "dumps",
+    "end_event",
+    "format_lsn",
+    "heartbeat_event",
+    "parse_lsn",
+    "parse_tx_id",
+]
+
+
+class Op(enum.StrEnum):
+    """Debezium's ``op`` codes."""
+
+    CREATE = "c"
+    """A row was inserted (or a primary-key update's new row)."""
+    UPDATE = "u"
+    """A row was updated in place."""
+    DELETE = "d"
+    """A row was deleted (or a primary-key update's old row)."""
+    READ = "r"
+    """A row read by the initial snapshot."""
+    TRUNCATE = "t"
+    """The table was truncated."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """The constant part of ``source``: connector, topic prefix, database."""
+
+    name: str
+    db: str
+    version: str = f"txjoin-{__version__}"
+
+
+def change_event(
+    source: SourceInfo,
+    *,
+    schema: str,
+    table: str,
+    op: Op,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    xid: int,
+    lsn: int,
+    prev_commit_lsn: int | None,
+    commit_ts_us: int,
+    snapshot: str,
+    total_order: int,
+    data_collection_order: int,
+) -> dict[str, Any]:
+    """One change event value. Timestamps are microseconds since the Unix epoch."""
+    ts_ms = commit_ts_us // 1000
+    ts_ns = commit_ts_us * 1000
+    seq = f'["{prev_commit_lsn}","{lsn}"]' if prev_commit_lsn is not None else f'[null,"{lsn}"]'
+    src = {
+        "version": source.version,
+        "connector": "postgresql",
+        "name": source.name,
+        "ts_ms": ts_ms,
+        "ts_us": commit_ts_us,
+        "ts_ns": ts_ns,
+        "snapshot": snapshot,
+        "db": source.db,
+        "sequence": seq,
+        "schema": schema,
+        "table": table,
+        "txId": xid,
+        "lsn": lsn,
+        "xmin": None,
+    }
+    tx = {
+        "id": f"{xid}:{lsn}",
+        "total_order": total_order,
+        "data_collection_order": data_collection_order,
+    }
+    if op == Op.TRUNCATE:
+        # Debezium's truncate events have neither before nor after.
+        return {
+            "source": src,
+            "op": op.value,
+            "ts_ms": ts_ms,
+            "ts_us": commit_ts_us,
+            "ts_ns": ts_ns,
+            "transaction": tx,
+        }
+    return {
+        "before": before,
+        "after": after,
+        "source": src,
+        "op": op.value,
+        "ts_ms": ts_ms,
+        "ts_us": commit_ts_us,
+        "ts_ns": ts_ns,
+        "transaction": tx,
+    }
+
+
+def begin_event(xid: int, lsn: int, commit_ts_us: int) -> dict[str, Any]:
+    return {
+        "status": "BEGIN",
+        "id": f"{xid}:{lsn}",
+        "ts_ms": commit_ts_us // 1000,
+        "event_count": None,
+        "data_collections": None,
+    }
+
+
+def end_event(
+    xid: int, end_lsn: int, commit_ts_us: int, collections: Sequence[tuple[str, int]]
+) -> dict[str, Any]:
+    """END marker; ``collections`` are ("schema.table", events) in first-seen order."""
+    return {
+        "status": "END",
+        "id": f"{xid}:{end_lsn}",
+        "ts_ms": commit_ts_us // 1000,
+        "event_count": sum(n for _, n in collections),
+        "data_collections": [{"data_collection": c, "event_count": n} for c, n in collections],
+    }
+
+
+def heartbeat_event(ts_ms: int) -> dict[str, Any]:
+    return {"ts_ms": ts_ms}
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def dumps(value: Any) -> bytes:
+    """Compact, deterministic JSON on one line (no newline)."""
+    try:
+        return _encode(value).encode("utf-8")
+    except ValueError as e:
+        raise ProtocolError(f"cannot encode event as JSON: {e}") from None
+
+
+def parse_tx_id(tx_id: str) -> tuple[int, int]:
+    """``(xid, lsn)`` of a Debezium PostgreSQL transaction id ``"xid:lsn"``."""
+    xid, sep, lsn = str(tx_id).partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(xid), int(lsn)
+    except ValueError:
+        raise ProtocolError(
+            f"transaction id {tx_id!r} is not of Debezium's PostgreSQL form 'xid:lsn'"
+        ) from None
+
+
+def format_lsn(lsn: int) -> str:
+    """PostgreSQL's text form of an LSN: ``X/XXXXXXXX``."""
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:08X}"
+
+
+def parse_lsn(text: str) -> int:
+    hi, sep, lo = text.partition("/")
+    try:
+        if not sep:
+            raise ValueError
+        return (int(hi, 16) << 32) | int(lo, 16)
+    except ValueError:
+        raise ProtocolError(f"{text!r} is not an LSN (expected X/XXXXXXXX)") from None

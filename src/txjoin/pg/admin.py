@@ -1,0 +1,324 @@
+"""Checks and set-up on a source PostgreSQL: wal_level, privileges, tables,
+REPLICA IDENTITY, the publication and the replication slot.
+
+Every check fails with a :class:`~txjoin.errors.SourceError` (or
+:class:`~txjoin.errors.ConfigError`) that names the server, the object and the
+statement that fixes it. Nothing here ever prints a password: DSNs are shown
+through :func:`describe_dsn`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+
+from txjoin.errors import ConfigError, SlotInUse, SourceError
+from txjoin.pg.names import (
+    QualifiedName,
+    quote_ident,
+    validate_publication_name,
+    validate_slot_name,
+)
+
+__all__ = [
+    "SlotInfo",
+    "TableInfo",
+    "check_replication_privilege",
+    "check_tables",
+    "check_wal_level",
+    "describe_dsn",
+    "drop_slot",
+    "ensure_publication",
+    "list_slots",
+    "session_options",
+    "set_replica_identity_full",
+    "slot_info",
+]
+
+log = logging.getLogger(__name__)
+
+#: Session settings for every connection capture opens, so text output of
+#: dates, timestamps, floats and bytea is the same on the snapshot connection
+#: and the walsender, whatever the server's defaults.
+SESSION_SETTINGS = {
+    "TimeZone": "UTC",
+    "DateStyle": "ISO, MDY",
+    "IntervalStyle": "postgres",
+    "extra_float_digits": "3",
+    "bytea_output": "hex",
+}
+
+
+def session_options() -> str:
+    """The libpq ``options`` value that applies :data:`SESSION_SETTINGS`."""
+    return " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+
+
+def describe_dsn(dsn: str) -> str:
+    """``user@host:port/dbname`` for messages; never includes the password."""
+    try:
+        p = psycopg2.extensions.parse_dsn(dsn)
+    except psycopg2.ProgrammingError:
+        return "(unparsable DSN)"
+    host = p.get("host") or p.get("hostaddr") or "localhost"
+    port = p.get("port") or "5432"
+    user = p.get("user") or "(default user)"
+    db = p.get("dbname") or user
+    return f"{user}@{host}:{port}/{db}"
+
+
+def _one(conn: Any, sql: str, args: Sequence[Any] = ()) -> Any:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+def check_wal_level(conn: Any, where: str) -> None:
+    level = _one(conn, "SHOW wal_level")
+    if level != "logical":
+        raise SourceError(
+            f"wal_level is {level!r} on {where}; logical replication needs 'logical'. "
+            "Run ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL "
+            "(on managed services, enable logical replication in the instance settings)",
+            wal_level=level,
+        )
+
+
+def check_replication_privilege(conn: Any, where: str) -> None:
+    with conn.cursor() as cur:
+        cur.execute("SELECT rolname, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user")
+        row = cur.fetchone()
+    if row is None:  # pragma: no cover - current_user always has a pg_roles row
+        raise SourceError(f"cannot read the current role on {where}")
+    role, replication, superuser = row
+    if not (replication or superuser):
+        raise SourceError(
+            f"role {role!r} on {where} has no REPLICATION privilege, which logical replication "
+            f"needs. Grant it: ALTER ROLE {quote_ident(role)} WITH REPLICATION;",
+            role=role,
+        )
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: QualifiedName
+    oid: int
+    replica_identity: str  # 'd', 'n', 'f', 'i'
+    primary_key: tuple[str, ...]
+
+
+def check_tables(conn: Any, tables: Iterable[QualifiedName], where: str) -> list[TableInfo]:
+    """Resolve ``tables``; refuse missing ones and ones without a primary key."""
+    infos = []
+    for t in tables:
+        with conn.cursor() as cur:
+            cur.execute(
+                """
+                SELECT c.oid, c.relreplident, c.relkind
+                FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE n.nspname = %s AND c.relname = %s
+                """,
+                (t.schema, t.table),
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise SourceError(
+                    f"table {t} does not exist on {where}: create it, or remove it from the source's tables",
+                    table=str(t),
+                )
+            oid, ident, kind = row
+            if kind not in ("r", "p"):
+                raise ConfigError(
+                    f"{t} on {where} is not a table (relkind {kind!r}); only tables can be captured",
+                    table=str(t),
+                )
+            cur.execute(
+                """
+                SELECT a.attname FROM pg_index i
+                JOIN unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord
+                """,
+                (oid,),
+            )
+            pk = tuple(r[0] for r in cur.fetchall())
+        if not pk:
+            raise SourceError(
+                f"table {t} on {where} has no primary key. txjoin keys replica rows and join "
+                f"results by primary key, so it cannot capture this table: add one, e.g. "
+                f"ALTER TABLE {t.quoted} ADD PRIMARY KEY (id);",
+                table=str(t),
+            )
+        if ident == "n":
+            raise SourceError(
+                f"table {t} on {where} has REPLICA IDENTITY NOTHING: its updates and deletes "
+                f"carry no key, so they cannot be applied. Run ALTER TABLE {t.quoted} "
+                "REPLICA IDENTITY DEFAULT; (or FULL)",
+                table=str(t),
+            )
+        if ident != "f":
+            log.info(
+                "table %s has REPLICA IDENTITY %s: update and delete events carry only the key "
+                "in 'before', and unchanged TOASTed values arrive as placeholders. txjoin fills "
+                "both from its replicas; Debezium consumers such as Flink need FULL "
+                "(txjoin capture --replica-identity-full sets it).",
+                t,
+                {"d": "DEFAULT", "i": "USING INDEX"}.get(ident, ident),
+            )
+        infos.append(TableInfo(t, int(oid), ident, pk))
+    return infos
+
+
+def set_replica_identity_full(conn: Any, tables: Iterable[QualifiedName]) -> None:
+    """ALTER TABLE ... REPLICA IDENTITY FULL (needs table ownership)."""
+    with conn.cursor() as cur:
+        for t in tables:
+            cur.execute(f"ALTER TABLE {t.quoted} REPLICA IDENTITY FULL")
+    conn.commit()
+
+
+def ensure_publication(conn: Any, name: str, tables: Sequence[QualifiedName], where: str) -> None:
+    """Create the publication for ``tables`` or check that it covers them."""
+    validate_publication_name(name)
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, puballtables "
+            "FROM pg_publication WHERE pubname = %s",
+            (name,),
+        )
+        row = cur.fetchone()
+        if row is None:
+            table_list = ", ".join(t.quoted for t in tables)
+            cur.execute(f"CREATE PUBLICATION {quote_ident(name)} FOR TABLE {table_list}")
+            conn.commit()
+            log.info("created publication %s on %s for %d tables", name, where, len(tables))
+            return
+        ins, upd, dele, trunc, alltables = row
+        missing_ops = [
+            op
+            for op, on in (("insert", ins), ("update", upd), ("delete", dele), ("truncate", trunc))
+            if not on
+        ]
+        if missing_ops:
+            raise SourceError(
+                f"publication {name!r} on {where} does not publish {', '.join(missing_ops)}: "
+                f"ALTER PUBLICATION {quote_ident(name)} SET (publish = 'insert, update, delete, truncate');",
+                publication=name,
+            )
+        if alltables:
+            return
+        cur.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,))
+        published = {QualifiedName(s, t) for s, t in cur.fetchall()}
+    conn.rollback()
+    missing = [t for t in tables if t not in published]
+    if missing:
+        names = ", ".join(str(t) for t in missing)
+        raise SourceError(
+            f"table(s) {names} not published by publication {name!r} on {where}: "
+            f"ALTER PUBLICATION {quote_ident(name)} ADD TABLE {', '.join(t.quoted for t in missing)};",
+            publication=name,
+            tables=[str(t) for t in missing],
+        )
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    name: str
+    plugin: str | None
+    database: str | None
+    active: bool
+    active_pid: int | None
+    restart_lsn: str | None
+    confirmed_flush_lsn: str | None
+    retained_wal_bytes: int | None
+    wal_status: str | None
+
+
+_SLOT_SQL = """
+SELECT slot_name, plugin, database, active, active_pid, restart_lsn::text,
+       confirmed_flush_lsn::text,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status
+FROM pg_replication_slots
+"""
+
+
+def list_slots(conn: Any) -> list[SlotInfo]:
+    with conn.cursor() as cur:
+        cur.execute(_SLOT_SQL + " ORDER BY slot_name")
+        return [SlotInfo(*r) for r in cur.fetchall()]
+
+
+def slot_info(conn: Any, name: str) -> SlotInfo | None:
+    validate_slot_name(name)
+    with conn.cursor() as cur:
+        cur.execute(_SLOT_SQL + " WHERE slot_name = %s", (name,))
+        row = cur.fetchone()
+    return None if row is None else SlotInfo(*row)
+
+
+def check_slot_usable(info: SlotInfo, database: str, where: str) -> None:
+    if info.plugin != "pgoutput":
+        raise ConfigError(
+            f"replication slot {info.name!r} on {where} uses plugin {info.plugin!r}, not pgoutput: "
+            "choose another slot name, or drop it with txjoin slots drop",
+            slot=info.name,
+        )
+    if info.database != database:
+        raise ConfigError(
+            f"replication slot {info.name!r} on {where} belongs to database {info.database!r}, "
+            f"not {database!r}: choose another slot name",
+            slot=info.name,
+        )
+    if info.active:
+        raise SlotInUse(
+            f"replication slot {info.name!r} on {where} is active for PID {info.active_pid}: "
+            "a slot serves one reader at a time. Stop that process (SELECT "
+            f"pg_terminate_backend({info.active_pid});) or give this source another slot",
+            slot=info.name,
+            pid=info.active_pid,
+        )
+
+
+def drop_slot(conn: Any, name: str, where: str) -> None:
+    info = slot_info(conn, name)
+    if info is None:
+        raise ConfigError(f"replication slot {name!r} does not exist on {where}", slot=name)
+    if info.active:
+        raise SlotInUse(
+            f"replication slot {name!r} on {where} is active for PID {info.active_pid}: stop "
+            "its reader before dropping it",
+            slot=name,
+            pid=info.active_pid,
+        )
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+    conn.commit()
+
+
+def connect(dsn: str, *, replication: bool = False) -> Any:
+    """Connect with capture's session settings; errors never show the password."""
+    from psycopg2.extras import LogicalReplicationConnection
+
+    where = describe_dsn(dsn)
+    kwargs: dict[str, Any] = {"options": session_options()}
+    if replication:
+        kwargs["connection_factory"] = LogicalReplicationConnection
+    try:
+        return psycopg2.connect(dsn, **kwargs)
+    except psycopg2.OperationalError as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "replication" in msg and ("permission" in msg or "must be superuser" in msg):
+            raise SourceError(
+                f"{where} refused a replication connection: {msg}. Grant the role "
+                "REPLICATION and allow it in pg_hba.conf ('host replication ...' is not needed "
+                "for logical replication, but the database line must match)",
+            ) from None
+        from txjoin.errors import SourceUnavailable
+
+        raise SourceUnavailable(f"cannot connect to {where}: {msg}") from None
