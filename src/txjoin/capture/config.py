@@ -76,6 +76,10 @@ class CaptureConfig:
     reconnect_timeout: float = 300.0
     #: Set REPLICA IDENTITY FULL on the captured tables before starting.
     replica_identity_full: bool = False
+    #: Minimum seconds between acknowledgements to the server (0: after every
+    #: flush). Acknowledging less often saves round trips; after a crash the
+    #: server resends at most this much, which capture skips.
+    ack_interval: float = 0.0
     #: Keepalive/status interval of the replication connection (seconds).
     status_interval: float = 10.0
     extra: dict[str, str] = field(default_factory=dict)

@@ -185,6 +185,7 @@ class Capture:
         self._last_commit_end = 0  # sequence[0] of the next transaction's events
         self._unacked_end = 0  # end LSN appended but not yet flushed
         self._last_activity = time.monotonic()
+        self._last_ack = 0.0
         self._cursor: Any = None
         #: Set once the replication stream has started (after any snapshot).
         self.streaming = threading.Event()
@@ -213,24 +214,18 @@ class Capture:
         self.source = envelope.SourceInfo(name=self.config.prefix, db=self.database)
 
     def _recover_position(self) -> bool:
-        """Read the changelog's last END; return whether the snapshot unit is done."""
+        """Find the changelog's last END; return whether the snapshot unit is done.
+
+        A large transaction's BEGIN and events reach the changelog before its
+        END, so after a crash the topic may end with such a BEGIN: the server
+        resends that transaction whole, and its events again, byte-identical.
+        """
         reader = ChangelogReader(self.config.changelog)
-        last = reader.last(self.config.transaction_topic)
+        last = _last_end(reader, self.config.transaction_topic)
         if last is None:
             return False
-        value = json.loads(last[1])
-        if value.get("status") != "END":
-            # A BEGIN is only written together with its END in one flush, so a
-            # trailing BEGIN means the store was written by something else.
-            raise ChangelogError(
-                f"the last record of topic {self.config.transaction_topic} in {self.config.changelog} "
-                f"(offset {last[0]}) is not an END marker: the changelog was not written by txjoin "
-                "capture or is damaged; move it aside and start over",
-                offset=last[0],
-            )
-        _, end_lsn = envelope.parse_tx_id(value["id"])
+        _, end_lsn = envelope.parse_tx_id(last["id"])
         self._durable_end = self._last_commit_end = end_lsn
-        self.stats.acked_lsn = end_lsn
         return True
 
     def _ensure_slot(self, snapshot_done: bool) -> None:
@@ -601,14 +596,23 @@ class Capture:
             self._last_activity = time.monotonic()
         if self._unacked_end > self._durable_end:
             self._durable_end = self._unacked_end
-        if send and self._cursor is not None and self._durable_end > self.stats.acked_lsn:
-            self._cursor.send_feedback(write_lsn=self._durable_end, flush_lsn=self._durable_end, force=True)
-            self.stats.acked_lsn = self._durable_end
+        self._ack(send)
+
+    def _ack(self, send: bool = True) -> None:
+        if not send or self._cursor is None or self._durable_end <= self.stats.acked_lsn:
+            return
+        now = time.monotonic()
+        if now - self._last_ack < self.config.ack_interval:
+            return
+        self._cursor.send_feedback(write_lsn=self._durable_end, flush_lsn=self._durable_end, force=True)
+        self.stats.acked_lsn = self._durable_end
+        self._last_ack = now
 
     def _idle(self) -> None:
         now = time.monotonic()
         if self._tx is None and self.writer.pending_age() >= self.config.roll_interval:
             self._flush_and_ack()
+        self._ack()
         # Heartbeats only on an idle source: under load, data keeps the
         # stream moving and every heartbeat would cost a segment file.
         if self._tx is None and now - self._last_activity >= self.config.heartbeat_interval:
@@ -628,6 +632,22 @@ class Capture:
         for seg in segs[:-keep]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(seg.path)
+
+
+def _last_end(reader: ChangelogReader, topic: str) -> dict[str, Any] | None:
+    """The last END marker of a transaction topic, read from the end."""
+    for seg in reversed(reader.segments(topic)):
+        for line in reversed(seg.path.read_bytes().rstrip(b"\n").split(b"\n")):
+            value = json.loads(line)
+            if value.get("status") == "END":
+                return dict(value)
+            if value.get("status") != "BEGIN":
+                raise ChangelogError(
+                    f"record {line[:80]!r} in {seg.path} is not a transaction marker: the changelog was "
+                    "not written by txjoin capture or is damaged; move it aside and start over",
+                    path=str(seg.path),
+                )
+    return None
 
 
 def _first_line(e: BaseException) -> str:
