@@ -88,12 +88,8 @@ def test_update_forms() -> None:
 
 
 def test_delete_truncate_type_origin_message() -> None:
-    assert decode(b"D" + struct.pack(">I", 9) + b"K" + tup("5", None)) == Delete(
-        9, "K", ("5", None)
-    )
-    assert decode(b"T" + struct.pack(">IB", 2, 1) + struct.pack(">II", 10, 11)) == Truncate(
-        1, (10, 11)
-    )
+    assert decode(b"D" + struct.pack(">I", 9) + b"K" + tup("5", None)) == Delete(9, "K", ("5", None))
+    assert decode(b"T" + struct.pack(">IB", 2, 1) + struct.pack(">II", 10, 11)) == Truncate(1, (10, 11))
     assert decode(b"Y" + struct.pack(">I", 50000) + cstr("public") + cstr("mood")) == TypeInfo(
         50000, "public", "mood"
     )
@@ -103,9 +99,7 @@ def test_delete_truncate_type_origin_message() -> None:
 
 
 def test_binary_column_kind_is_kept_as_bytes() -> None:
-    assert decode(b"I" + struct.pack(">I", 7) + b"N" + tup(b"\x00\x01")) == Insert(
-        7, (b"\x00\x01",)
-    )
+    assert decode(b"I" + struct.pack(">I", 7) + b"N" + tup(b"\x00\x01")) == Insert(7, (b"\x00\x01",))
 
 
 @pytest.mark.parametrize(
@@ -114,13 +108,7 @@ def test_binary_column_kind_is_kept_as_bytes() -> None:
         (b"", "empty"),
         (b"B" + b"\x00" * 5, "truncated"),
         (
-            b"I"
-            + struct.pack(">I", 7)
-            + b"N"
-            + struct.pack(">H", 1)
-            + b"t"
-            + struct.pack(">I", 10)
-            + b"ab",
+            b"I" + struct.pack(">I", 7) + b"N" + struct.pack(">H", 1) + b"t" + struct.pack(">I", 10) + b"ab",
             "truncated",
         ),
         (b"I" + struct.pack(">I", 7) + b"N" + struct.pack(">H", 1) + b"z", "unknown column kind"),
