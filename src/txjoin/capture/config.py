@@ -80,6 +80,9 @@ class CaptureConfig:
     #: flush). Acknowledging less often saves round trips; after a crash the
     #: server resends at most this much, which capture skips.
     ack_interval: float = 0.0
+    #: When the slot is active for another process (often the walsender of a
+    #: capture that just died), wait this long for it to be released.
+    slot_busy_wait: float = 10.0
     #: Keepalive/status interval of the replication connection (seconds).
     status_interval: float = 10.0
     extra: dict[str, str] = field(default_factory=dict)

@@ -233,6 +233,11 @@ class Capture:
         try:
             info = admin.slot_info(conn, self.config.slot)
             conn.rollback()
+            deadline = time.monotonic() + self.config.slot_busy_wait
+            while info is not None and info.active and time.monotonic() < deadline:
+                time.sleep(0.2)
+                info = admin.slot_info(conn, self.config.slot)
+                conn.rollback()
             if info is not None:
                 admin.check_slot_usable(info, self.database, self.where)
                 if snapshot_done or not self.config.snapshot:
@@ -310,7 +315,9 @@ class Capture:
                 return
             except SourceUnavailable as e:
                 err: TxJoinError = e
-            except (psycopg2.OperationalError, psycopg2.InterfaceError) as e:
+            except psycopg2.Error as e:
+                if not self._connection_lost(e):
+                    raise
                 err = SourceUnavailable(f"lost the replication connection to {self.where}: {_first_line(e)}")
             self._abandon_open_transaction()
             self._flush_and_ack(send=False)
@@ -333,6 +340,14 @@ class Capture:
             except ChangelogError:
                 raise
             self._last_commit_end = max(self._last_commit_end, self._durable_end)
+
+    def _connection_lost(self, e: psycopg2.Error) -> bool:
+        """Whether ``e`` means the server or the network went away (retry)."""
+        if isinstance(e, psycopg2.OperationalError | psycopg2.InterfaceError):
+            return True
+        # After a dropped connection psycopg2 may report a plain
+        # DatabaseError ("no COPY in progress") from read_message().
+        return self._conn is None or bool(self._conn.closed) or "no COPY in progress" in str(e)
 
     def _close_connection(self) -> None:
         if self._conn is not None:
