@@ -1,0 +1,50 @@
+"""Shared benchmark helpers: a throwaway PostgreSQL, timing, medians."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from txjoin.pg.embedded import EmbeddedPostgres
+
+
+@contextmanager
+def bench_postgres(fsync: bool = False) -> Iterator[EmbeddedPostgres]:
+    base = Path(tempfile.mkdtemp(prefix="txjoin-bench-pg-"))
+    base.chmod(0o755)
+    pg = EmbeddedPostgres(
+        base / "data", fsync=fsync, settings={"max_wal_size": "'4GB'", "shared_buffers": "'512MB'"}
+    )
+    pg.start(stop_with_parent=True)
+    try:
+        yield pg
+    finally:
+        pg.destroy()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@dataclass
+class Stat:
+    """Median of several runs with their range."""
+
+    values: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def fmt(self, unit: str = "", digits: int = 0) -> str:
+        lo, hi = min(self.values), max(self.values)
+        d = digits
+        return f"{self.median:,.{d}f}{unit} (min {lo:,.{d}f}, max {hi:,.{d}f}, n={len(self.values)})"
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}"
