@@ -139,7 +139,8 @@ def main() -> None:
             cap_rates.append(cap_rows / cap_s)
             ratios.append(cap_rates[-1] / raw_rates[-1])
             print(
-                f"run {run + 1}: {raw_rows} row events; raw {raw_rates[-1]:,.0f}/s, capture {cap_rates[-1]:,.0f}/s, ratio {ratios[-1]:.2f}"
+                f"run {run + 1}: {raw_rows} row events; raw {raw_rates[-1]:,.0f}/s, "
+                f"capture {cap_rates[-1]:,.0f}/s, ratio {ratios[-1]:.2f}"
             )
             with conn.cursor() as cur:
                 cur.execute("SELECT pg_drop_replication_slot(%s)", (f"raw{run}",))

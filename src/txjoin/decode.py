@@ -42,15 +42,11 @@ class ChangelogInput:
 
     def __post_init__(self) -> None:
         if self.kind not in ("files", "kafka"):
-            raise ConfigError(
-                f"changelog kind {self.kind!r} is invalid: valid values are 'files', 'kafka'"
-            )
+            raise ConfigError(f"changelog kind {self.kind!r} is invalid: valid values are 'files', 'kafka'")
         if self.kind == "files" and self.path is None:
             raise ConfigError("changelog kind 'files' needs a path")
         if self.kind == "kafka" and "kafka.bootstrap.servers" not in self.kafka_options:
-            raise ConfigError(
-                "changelog kind 'kafka' needs kafka_options['kafka.bootstrap.servers']"
-            )
+            raise ConfigError("changelog kind 'kafka' needs kafka_options['kafka.bootstrap.servers']")
 
 
 def _envelope_schema() -> Any:
@@ -89,9 +85,7 @@ def _envelope_schema() -> Any:
         T.StructField("data_collections", T.StringType()),
     ]
     inner = T.StructType(fields)
-    outer = T.StructType(
-        [*fields, T.StructField("payload", inner), T.StructField("schema", T.StringType())]
-    )
+    outer = T.StructType([*fields, T.StructField("payload", inner), T.StructField("schema", T.StringType())])
     return inner, outer
 
 
@@ -135,9 +129,7 @@ def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
         F.col("value").cast("string").alias("value"),
         F.col("offset").alias("seg_first"),
         F.col("offset").alias("seg_last"),
-        F.concat(F.col("topic"), F.lit("@"), F.col("partition"), F.lit(":"), F.col("offset")).alias(
-            "path"
-        ),
+        F.concat(F.col("topic"), F.lit("@"), F.col("partition"), F.lit(":"), F.col("offset")).alias("path"),
     )
 
 
@@ -184,12 +176,8 @@ def decode(raw: Any) -> Any:
     cols = {
         "source": source_name,
         "kind": F.col("kind"),
-        "seg_first": F.when(is_tx_topic, long_or(F.col("seg_first"))).otherwise(
-            F.lit(-1).cast("long")
-        ),
-        "seg_last": F.when(is_tx_topic, long_or(F.col("seg_last"))).otherwise(
-            F.lit(-1).cast("long")
-        ),
+        "seg_first": F.when(is_tx_topic, long_or(F.col("seg_first"))).otherwise(F.lit(-1).cast("long")),
+        "seg_last": F.when(is_tx_topic, long_or(F.col("seg_last"))).otherwise(F.lit(-1).cast("long")),
         "xid": long_or(F.when(is_change, F.col("e.source.txId")).when(is_marker, id_parts[0])),
         "lsn": long_or(F.when(is_change, F.col("e.source.lsn")).when(is_marker, id_parts[1])),
         "seq_prev": long_or(F.when(is_change, seq[0])),

@@ -120,9 +120,7 @@ def markers(tx: Tx) -> tuple[dict[str, Any], dict[str, Any]]:
         lsn=tx.end_lsn,
         ts_ms=tx.ts_ms,
         event_count=sum(counts.values()),
-        data_collections=json.dumps(
-            [{"data_collection": t, "event_count": n} for t, n in counts.items()]
-        ),
+        data_collections=json.dumps([{"data_collection": t, "event_count": n} for t, n in counts.items()]),
     )
     return begin, end
 

@@ -64,9 +64,7 @@ def test_released_sequence_is_the_committed_transactions_whole_once_in_order(
     rollback = data.draw(st.lists(st.integers(0, 3), min_size=len(crashes), max_size=len(crashes)))
 
     sink = _run(history, batches, crashes, rollback)
-    released = (
-        pd.concat([sink[b] for b in sorted(sink)], ignore_index=True) if sink else pd.DataFrame()
-    )
+    released = pd.concat([sink[b] for b in sorted(sink)], ignore_index=True) if sink else pd.DataFrame()
 
     expected_rows = []
     for seq, tx in enumerate(history, start=1):
@@ -106,9 +104,7 @@ def test_released_sequence_is_the_committed_transactions_whole_once_in_order(
         assert seqs[0] > last_seq
         for s in seqs:
             tx = history[s - 1]
-            assert int((out["tx_seq"] == s).sum()) == len(tx.events), (
-                "a transaction was split across batches"
-            )
+            assert int((out["tx_seq"] == s).sum()) == len(tx.events), "a transaction was split across batches"
         last_seq = seqs[-1]
 
 

@@ -36,9 +36,7 @@ def _write(root: Path, seg: Segment, ident: tuple[str, int, int]) -> None:
 
 
 class Query:
-    def __init__(
-        self, spark: Any, root: Path, checkpoint: Path, sink: dict[int, pd.DataFrame]
-    ) -> None:
+    def __init__(self, spark: Any, root: Path, checkpoint: Path, sink: dict[int, pd.DataFrame]) -> None:
         events = read_events(spark, ChangelogInput("files", root), ["s"])
         released = assemble_stream(events, AssemblerConfig(incomplete_timeout=1e9))
 
@@ -46,9 +44,7 @@ class Query:
             sink[batch_id] = df.toPandas()
 
         self.q = (
-            released.writeStream.foreachBatch(write)
-            .option("checkpointLocation", str(checkpoint))
-            .start()
+            released.writeStream.foreachBatch(write).option("checkpointLocation", str(checkpoint)).start()
         )
 
     def drain(self) -> None:
@@ -70,9 +66,7 @@ def test_spark_query_releases_whole_transactions_once_in_commit_order(
     idents = assign_offsets(segments)
     order = data.draw(st.permutations(segments))
     cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(order))), max_size=4))))
-    batches = [
-        order[a:b] for a, b in zip([0, *cuts], [*cuts, len(order)], strict=True) if order[a:b]
-    ]
+    batches = [order[a:b] for a, b in zip([0, *cuts], [*cuts, len(order)], strict=True) if order[a:b]]
     restart_after = data.draw(st.integers(0, max(0, len(batches) - 1)))
 
     work = Path(tempfile.mkdtemp(prefix="txjoin-spark-prop-"))

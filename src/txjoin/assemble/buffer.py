@@ -206,10 +206,7 @@ class AssemblyState:
             released=int(m["released"]),
             snapshot_released=bool(m["snapshot_released"]),
             markers=[Marker.from_json(x) for x in m["markers"]],
-            held={
-                int(k): (int(v[0]), [Marker.from_json(x) for x in v[1]])
-                for k, v in m["held"].items()
-            },
+            held={int(k): (int(v[0]), [Marker.from_json(x) for x in v[1]]) for k, v in m["held"].items()},
             first_seen={int(k): float(v) for k, v in m["first_seen"].items()},
             reported={int(k): float(v) for k, v in m["reported"].items()},
         )
@@ -274,9 +271,7 @@ def _accept_markers(state: AssemblyState, marks: pd.DataFrame, cfg: AssemblerCon
         seg = by_segment.setdefault(key, (int(last), []))
         if kind != "end" or int(lsn) <= state.last_end:
             continue
-        m = Marker(
-            int(xid), int(lsn), int(ts_ms), int(count), _parse_collections(collections, int(xid))
-        )
+        m = Marker(int(xid), int(lsn), int(ts_ms), int(count), _parse_collections(collections, int(xid)))
         if sum(m.counts.values()) != m.event_count:
             raise AssemblyError(
                 f"END marker of transaction {m.xid} (end LSN {m.end_lsn}) says event_count "
@@ -337,9 +332,7 @@ def assemble(
         )
 
     # -- change events into the buffer, without duplicates ----------------
-    changes = (
-        batch.loc[kinds == "change", [*_BUFFER_COLUMNS, "seq_prev"]] if not batch.empty else None
-    )
+    changes = batch.loc[kinds == "change", [*_BUFFER_COLUMNS, "seq_prev"]] if not batch.empty else None
     if changes is not None and not changes.empty:
         before = len(changes)
         stale = (changes["seq_prev"] >= 0) & (changes["seq_prev"] < state.last_end)
@@ -351,14 +344,10 @@ def assemble(
             for x in pd.unique(changes["xid"]):
                 state.first_seen.setdefault(int(x), now)
             buffered = (
-                pd.concat([state.events, changes], ignore_index=True)
-                if not state.events.empty
-                else changes
+                pd.concat([state.events, changes], ignore_index=True) if not state.events.empty else changes
             )
             n = len(buffered)
-            buffered = buffered.drop_duplicates(
-                ["xid", "total_order"], keep="first", ignore_index=True
-            )
+            buffered = buffered.drop_duplicates(["xid", "total_order"], keep="first", ignore_index=True)
             report.duplicates_dropped += n - len(buffered)
             state.events = buffered
     if not batch.empty:
@@ -417,9 +406,7 @@ def assemble(
     frames: list[pd.DataFrame] = []
     if release:
         released_xids = {m.xid for m in release}
-        take = (
-            events["xid"].isin(released_xids).to_numpy() if not events.empty else np.zeros(0, bool)
-        )
+        take = events["xid"].isin(released_xids).to_numpy() if not events.empty else np.zeros(0, bool)
         out = events.loc[take]
         state.events = events.loc[~take].reset_index(drop=True)
         seq = {m.xid: state.released + i + 1 for i, m in enumerate(release)}
@@ -440,9 +427,7 @@ def assemble(
                     "table": out["table"],
                     "before": out["before"],
                     "after": out["after"],
-                    "tx_events": xids.map({x: m.event_count for x, m in info.items()}).astype(
-                        "int64"
-                    ),
+                    "tx_events": xids.map({x: m.event_count for x, m in info.items()}).astype("int64"),
                 }
             ).sort_values(["commit_lsn", "total_order"], kind="stable", ignore_index=True)
             for start in range(0, len(out), cfg.chunk_rows):
