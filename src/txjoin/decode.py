@@ -136,6 +136,7 @@ def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
 def decode(raw: Any) -> Any:
     """Decode (topic, value, seg_first, seg_last, path) rows into assembly input rows."""
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     inner, outer = _envelope_schema()
     j = F.from_json(F.col("value"), outer)
@@ -161,6 +162,7 @@ def decode(raw: Any) -> Any:
     )
     id_parts = F.split(F.col("e.id"), ":")
     seq = F.from_json(F.col("e.source.sequence"), "array<string>")
+    dc = F.from_json(F.col("e.data_collections"), "array<struct<data_collection:string,event_count:long>>")
     is_change = F.col("kind") == "change"
     is_marker = F.col("kind").isin("begin", "end")
     source_name = F.when(
@@ -171,8 +173,20 @@ def decode(raw: Any) -> Any:
     def long_or(c: Any) -> Any:
         return F.coalesce(c.cast("long"), F.lit(-1).cast("long"))
 
-    out = parsed.withColumn("kind", kind).where(F.col("kind").isNotNull())
+    # No filter on kind here: Spark would push it below the projections and
+    # parse every record once more per field the filter reads. Assembly
+    # ignores rows without a kind (tombstones, logical messages).
+    out = parsed.withColumn("kind", kind)
     is_tx_topic = topic.endswith(".transaction")
+    # END rows are exploded per data_collections entry so that counts reach
+    # Python as scalar columns (list columns are slow to convert to pandas).
+    dc_item = T.StructType(
+        [T.StructField("data_collection", T.StringType()), T.StructField("event_count", T.LongType())]
+    )
+    items = F.when((F.col("kind") == "end") & (F.size(dc) > 0), dc).otherwise(
+        F.array(F.lit(None).cast(dc_item))
+    )
+    out = out.withColumn("dc", F.explode(items))
     cols = {
         "source": source_name,
         "kind": F.col("kind"),
@@ -184,15 +198,17 @@ def decode(raw: Any) -> Any:
         "total_order": long_or(F.col("e.transaction.total_order")),
         "op": F.col("e.op"),
         "snapshot": F.coalesce(F.lower(F.col("e.source.snapshot")), F.lit("false")),
-        "schema": F.when(F.col("kind") == "bad", F.col("path")).otherwise(F.col("e.source.schema")),
-        "table": F.col("e.source.table"),
+        "table": F.when(F.col("kind") == "bad", F.col("path")).otherwise(
+            F.concat_ws(".", F.col("e.source.schema"), F.col("e.source.table"))
+        ),
         "ts_ms": long_or(F.coalesce(F.col("e.source.ts_ms"), F.col("e.ts_ms"))),
         "event_count": long_or(F.col("e.event_count")),
-        "data_collections": F.col("e.data_collections"),
-        "before": F.col("e.before"),
-        # A bad row carries the start of the offending record for the error.
-        "after": F.when(F.col("kind") == "bad", F.substring(F.col("value"), 1, 200)).otherwise(
-            F.col("e.after")
+        "dc_table": F.col("dc.data_collection"),
+        "dc_count": long_or(F.col("dc.event_count")),
+        # The whole record for changes (the join stage reads before/after from
+        # it); a bad row carries the start of the offending record for the error.
+        "value": F.when(F.col("kind") == "bad", F.substring(F.col("value"), 1, 200)).when(
+            is_change, F.col("value")
         ),
     }
     assert list(cols)[1:] == list(EVENT_COLUMNS), "decode must produce assembly's columns in order"

@@ -79,10 +79,15 @@ def test_live_workload_is_released_whole_once_in_commit_order(spark: Any, pg_db:
     sink = Collector()
     committed: list[int] = []
     stop = threading.Event()
-    with running_capture(make_config(pg_db, changelog, ["public.accounts", "public.transfers"], prefix="bank")) as ct:
+    with running_capture(
+        make_config(pg_db, changelog, ["public.accounts", "public.transfers"], prefix="bank")
+    ) as ct:
         query = _start_query(spark, changelog, tmp_path / "ck", sink, AssemblerConfig())
         try:
-            workers = [threading.Thread(target=_transfers, args=(pg_db, stop, committed, s), daemon=True) for s in (1, 2, 3)]
+            workers = [
+                threading.Thread(target=_transfers, args=(pg_db, stop, committed, s), daemon=True)
+                for s in (1, 2, 3)
+            ]
             for w in workers:
                 w.start()
             time.sleep(6)
@@ -114,7 +119,7 @@ def test_live_workload_is_released_whole_once_in_commit_order(spark: Any, pg_db:
         # Whole: exactly END's counts; once: distinct positions; one batch.
         assert len(tx) == end.event_count
         assert tx["total_order"].tolist() == list(range(1, end.event_count + 1))
-        counts = (tx["schema"] + "." + tx["table"]).value_counts().to_dict()
+        counts = tx["table"].value_counts().to_dict()
         assert counts == end.counts
         assert set(tx["commit_lsn"]) == {end.end_lsn}
     batch_of = {b: set(df["xid"]) for b, df in sink.batches.items() if not df.empty}
@@ -138,9 +143,16 @@ def test_transaction_over_the_limit_stops_the_query_naming_it(spark: Any, pg_db:
             cur.execute("INSERT INTO t SELECT g, 'y' FROM generate_series(1001, 2001) g")  # one over
         conn.commit()
         conn.close()
-        wait_for(lambda: len(read_transactions(ChangelogReader(changelog), "big")) == 3, 30, "both transactions")
+        wait_for(
+            lambda: len(read_transactions(ChangelogReader(changelog), "big")) == 3, 30, "both transactions"
+        )
     events = read_events(spark, ChangelogInput("files", changelog), ["big"])
-    query = assemble_stream(events, cfg).writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck")).start()
+    query = (
+        assemble_stream(events, cfg)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
     with pytest.raises(Exception, match="max_transaction_events=1000") as err:
         query.processAllAvailable()
     query.stop()
@@ -151,7 +163,10 @@ def test_transaction_over_the_limit_stops_the_query_naming_it(spark: Any, pg_db:
     # The transaction at the limit goes through once the limit allows it.
     ok_sink = Collector()
     ok_query = (
-        assemble_stream(read_events(spark, ChangelogInput("files", changelog), ["big"]), AssemblerConfig(max_transaction_events=1001))
+        assemble_stream(
+            read_events(spark, ChangelogInput("files", changelog), ["big"]),
+            AssemblerConfig(max_transaction_events=1001),
+        )
         .writeStream.foreachBatch(ok_sink)
         .option("checkpointLocation", str(tmp_path / "ck2"))
         .start()

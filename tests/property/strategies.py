@@ -6,6 +6,10 @@ per-table topics and the transaction topic, cut into segments, with
 redelivered copies of a transaction's events where capture crashed between
 flushing data and flushing the END. A *delivery* is how a reader sees it:
 segments in any order, in arbitrary micro-batch cuts, some delivered twice.
+
+Records here are plain dicts (``Rec``); :func:`render` turns one into the
+Debezium JSON line capture writes, and :func:`frame` into the rows the
+decoder hands to assembly.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from txjoin.assemble.buffer import EVENT_COLUMNS
 
 TABLES = ["public.a", "public.b", "public.c"]
 
+Rec = dict[str, Any]
+
 
 @dataclass
 class Tx:
@@ -28,27 +34,24 @@ class Tx:
     end_lsn: int
     begin_lsn: int
     ts_ms: int
-    events: list[dict[str, Any]] = field(default_factory=list)  # EVENT_COLUMNS rows
+    events: list[Rec] = field(default_factory=list)
     snapshot: bool = False
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for e in self.events:
-            t = f"{e['schema']}.{e['table']}"
-            out[t] = out.get(t, 0) + 1
+            out[e["table"]] = out.get(e["table"], 0) + 1
         return out
 
 
 @dataclass
 class Segment:
     topic: str
-    rows: list[dict[str, Any]]
+    rows: list[Rec]
 
 
-def _row(**kw: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {c: (-1 if t == "int64" else None) for c, t in EVENT_COLUMNS.items()}
-    base.update(kw)
-    return base
+def change(**kw: Any) -> Rec:
+    return {"kind": "change", "seg_first": -1, "seg_last": -1, **kw}
 
 
 @st.composite
@@ -59,92 +62,57 @@ def histories(draw: st.DrawFn, max_tx: int = 12, max_events: int = 5) -> list[Tx
     xids = draw(st.lists(st.integers(500, 5000), min_size=n + 1, max_size=n + 1, unique=True))
     lsn = 1000
     txs: list[Tx] = []
-    snap_rows = draw(st.integers(0, 4))
     snap = Tx(xids[0], lsn, lsn, 1, snapshot=True)
-    for i in range(snap_rows):
-        table = draw(st.sampled_from(TABLES))
+    for i in range(draw(st.integers(0, 4))):
         snap.events.append(
-            _row(
-                kind="change",
-                xid=snap.xid,
-                lsn=lsn,
-                seq_prev=-1,
-                total_order=i + 1,
-                op="r",
-                snapshot="true",
-                schema=table.split(".")[0],
-                table=table.split(".")[1],
-                ts_ms=1,
-                after=json.dumps({"id": i, "v": "snap"}),
-            )
-        )
+            change(xid=snap.xid, lsn=lsn, seq_prev=-1, total_order=i + 1, op="r", snapshot="true",
+                   table=draw(st.sampled_from(TABLES)), ts_ms=1, before=None, after={"id": i, "v": "snap"})
+        )  # fmt: skip
     txs.append(snap)
     prev_end = lsn
     for k in range(n):
-        size = draw(st.integers(0, max_events))
         begin = prev_end + draw(st.integers(1, 50))
         tx = Tx(xids[k + 1], 0, begin, 100 + k)
         lsn = begin
-        for j in range(size):
+        for j in range(draw(st.integers(0, max_events))):
             lsn += draw(st.integers(0, 3))  # COPY-style multi-inserts share an LSN
-            table = draw(st.sampled_from(TABLES))
             op = draw(st.sampled_from(["c", "u", "d", "t"]))
             tx.events.append(
-                _row(
-                    kind="change",
-                    xid=tx.xid,
-                    lsn=lsn,
-                    seq_prev=prev_end,
-                    total_order=j + 1,
-                    op=op,
-                    snapshot="false",
-                    schema=table.split(".")[0],
-                    table=table.split(".")[1],
-                    ts_ms=tx.ts_ms,
-                    before=json.dumps({"id": j}) if op in "ud" else None,
-                    after=json.dumps({"id": j, "x": k}) if op in "cu" else None,
-                )
-            )
+                change(xid=tx.xid, lsn=lsn, seq_prev=prev_end, total_order=j + 1, op=op, snapshot="false",
+                       table=draw(st.sampled_from(TABLES)), ts_ms=tx.ts_ms,
+                       before={"id": j} if op in "ud" else None, after={"id": j, "x": k} if op in "cu" else None)
+            )  # fmt: skip
         tx.end_lsn = lsn + draw(st.integers(1, 20))
         prev_end = tx.end_lsn
         txs.append(tx)
     return txs
 
 
-def markers(tx: Tx) -> tuple[dict[str, Any], dict[str, Any]]:
-    begin = _row(kind="begin", xid=tx.xid, lsn=tx.begin_lsn, ts_ms=tx.ts_ms)
-    counts = tx.counts()
-    end = _row(
-        kind="end",
-        xid=tx.xid,
-        lsn=tx.end_lsn,
-        ts_ms=tx.ts_ms,
-        event_count=sum(counts.values()),
-        data_collections=json.dumps([{"data_collection": t, "event_count": n} for t, n in counts.items()]),
-    )
+def markers(tx: Tx) -> tuple[Rec, Rec]:
+    begin: Rec = {"kind": "begin", "xid": tx.xid, "lsn": tx.begin_lsn, "ts_ms": tx.ts_ms}
+    end: Rec = {"kind": "end", "xid": tx.xid, "lsn": tx.end_lsn, "ts_ms": tx.ts_ms, "dc": tx.counts()}
     return begin, end
 
 
 @st.composite
 def changelogs(draw: st.DrawFn, history: list[Tx]) -> list[Segment]:
     """What capture wrote: per-topic record lists cut into segments, in creation order."""
-    topics: dict[str, list[dict[str, Any]]] = {"tx": []}
+    topics: dict[str, list[Rec]] = {"tx": []}
     for tx in history:
         begin, end = markers(tx)
         topics["tx"].append(begin)
         for e in tx.events:
-            topics.setdefault(f"{e['schema']}.{e['table']}", []).append(e)
+            topics.setdefault(e["table"], []).append(e)
         if tx.events and not tx.snapshot and draw(st.integers(0, 5)) == 0:
             # Capture crashed after flushing some of this transaction's data
             # but before its END: on restart the events are written again.
             for e in tx.events:
                 if draw(st.booleans()):
-                    topics[f"{e['schema']}.{e['table']}"].append(dict(e))
+                    topics[e["table"]].append(dict(e))
         topics["tx"].append(end)
     segments: list[Segment] = []
     for topic, rows in topics.items():
-        i = 0
-        offset = 0
+        i = offset = 0
         while i < len(rows):
             size = draw(st.integers(1, 4))
             chunk = [dict(r) for r in rows[i : i + size]]
@@ -160,10 +128,8 @@ def changelogs(draw: st.DrawFn, history: list[Tx]) -> list[Segment]:
 @st.composite
 def deliveries(draw: st.DrawFn, segments: list[Segment]) -> list[list[Segment]]:
     """Segments in a shuffled order, some twice, cut into micro-batches."""
-    order = draw(st.permutations(segments))
-    extra = draw(st.lists(st.sampled_from(segments), max_size=3)) if segments else []
-    seq = list(order)
-    for s in extra:
+    seq = list(draw(st.permutations(segments)))
+    for s in draw(st.lists(st.sampled_from(segments), max_size=3)) if segments else []:
         seq.insert(draw(st.integers(0, len(seq))), s)
     batches: list[list[Segment]] = []
     i = 0
@@ -174,63 +140,52 @@ def deliveries(draw: st.DrawFn, segments: list[Segment]) -> list[list[Segment]]:
     return batches
 
 
-def frame(batch: list[Segment]) -> pd.DataFrame:
-    rows = [r for s in batch for r in s.rows]
-    if not rows:
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in EVENT_COLUMNS.items()})
-    df = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
-    return df.astype(EVENT_COLUMNS)
-
-
-def render(row: dict[str, Any], source: str = "s") -> str:
-    """The Debezium JSON record an EVENT_COLUMNS row stands for."""
-    if row["kind"] == "change":
-        seq = [None if row["seq_prev"] < 0 else str(row["seq_prev"]), str(row["lsn"])]
-        value: dict[str, Any] = {
-            "before": json.loads(row["before"]) if row["before"] else None,
-            "after": json.loads(row["after"]) if row["after"] else None,
-            "source": {
-                "version": "test",
-                "connector": "postgresql",
-                "name": source,
-                "ts_ms": row["ts_ms"],
-                "snapshot": row["snapshot"],
-                "db": "db",
-                "sequence": json.dumps(seq),
-                "schema": row["schema"],
-                "table": row["table"],
-                "txId": row["xid"],
-                "lsn": row["lsn"],
-                "xmin": None,
-            },
-            "op": row["op"],
-            "ts_ms": row["ts_ms"],
-            "transaction": {
-                "id": f"{row['xid']}:{row['lsn']}",
-                "total_order": row["total_order"],
-                "data_collection_order": 1,
-            },
-        }
-        return json.dumps(value)
-    if row["kind"] == "begin":
+def render(rec: Rec, source: str = "s") -> str:
+    """The Debezium JSON line capture writes for ``rec``."""
+    if rec["kind"] == "change":
+        schema, table = rec["table"].split(".")
+        seq = [None if rec["seq_prev"] < 0 else str(rec["seq_prev"]), str(rec["lsn"])]
         return json.dumps(
             {
-                "status": "BEGIN",
-                "id": f"{row['xid']}:{row['lsn']}",
-                "ts_ms": row["ts_ms"],
-                "event_count": None,
-                "data_collections": None,
+                "before": rec["before"],
+                "after": rec["after"],
+                "source": {"version": "test", "connector": "postgresql", "name": source, "ts_ms": rec["ts_ms"],
+                           "snapshot": rec["snapshot"], "db": "db", "sequence": json.dumps(seq), "schema": schema,
+                           "table": table, "txId": rec["xid"], "lsn": rec["lsn"], "xmin": None},
+                "op": rec["op"],
+                "ts_ms": rec["ts_ms"],
+                "transaction": {"id": f"{rec['xid']}:{rec['lsn']}", "total_order": rec["total_order"], "data_collection_order": 1},
             }
-        )
-    return json.dumps(
-        {
-            "status": "END",
-            "id": f"{row['xid']}:{row['lsn']}",
-            "ts_ms": row["ts_ms"],
-            "event_count": row["event_count"],
-            "data_collections": json.loads(row["data_collections"]),
-        }
-    )
+        )  # fmt: skip
+    if rec["kind"] == "begin":
+        return json.dumps({"status": "BEGIN", "id": f"{rec['xid']}:{rec['lsn']}", "ts_ms": rec["ts_ms"],
+                           "event_count": None, "data_collections": None})  # fmt: skip
+    return json.dumps({"status": "END", "id": f"{rec['xid']}:{rec['lsn']}", "ts_ms": rec["ts_ms"],
+                       "event_count": sum(rec["dc"].values()),
+                       "data_collections": [{"data_collection": t, "event_count": n} for t, n in rec["dc"].items()]})  # fmt: skip
+
+
+def _rows(rec: Rec) -> list[Rec]:
+    """The assembly-input rows for one record (an END once per table)."""
+    base: Rec = {c: (-1 if t == "int64" else None) for c, t in EVENT_COLUMNS.items()}
+    base.update({k: rec[k] for k in ("kind", "seg_first", "seg_last", "xid", "lsn", "ts_ms") if k in rec})
+    if rec["kind"] == "change":
+        base.update({k: rec[k] for k in ("seq_prev", "total_order", "op", "snapshot", "table")})
+        base["value"] = render(rec)
+        return [base]
+    if rec["kind"] == "end":
+        base["event_count"] = sum(rec["dc"].values())
+        if not rec["dc"]:
+            return [base]
+        return [{**base, "dc_table": t, "dc_count": n} for t, n in rec["dc"].items()]
+    return [base]
+
+
+def frame(batch: list[Segment]) -> pd.DataFrame:
+    rows = [r for s in batch for rec in s.rows for r in _rows(rec)]
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in EVENT_COLUMNS.items()})
+    return pd.DataFrame(rows, columns=list(EVENT_COLUMNS)).astype(EVENT_COLUMNS)
 
 
 def assign_offsets(segments: list[Segment]) -> dict[int, tuple[str, int, int]]:

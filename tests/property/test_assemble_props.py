@@ -15,7 +15,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.property.strategies import Segment, Tx, changelogs, deliveries, frame, histories
+from tests.property.strategies import Segment, Tx, changelogs, deliveries, frame, histories, render
 from tests.support.profiles import examples
 from txjoin.assemble.buffer import AssemblerConfig, AssemblyState, assemble
 
@@ -23,7 +23,7 @@ CFG = AssemblerConfig(incomplete_timeout=1e9)
 
 
 def _checkpoint(state: AssemblyState) -> tuple[str, bytes]:
-    return state.meta_json(), state.events_bytes()
+    return state.meta_json(), state.frames_bytes()
 
 
 def _run(
@@ -77,15 +77,14 @@ def test_released_sequence_is_the_committed_transactions_whole_once_in_order(
                     e["total_order"],
                     e["op"],
                     e["table"],
-                    e["before"],
-                    e["after"],
+                    render(e),
                 )
             )
     got_rows = (
         list(
-            released[
-                ["tx_seq", "xid", "commit_lsn", "total_order", "op", "table", "before", "after"]
-            ].itertuples(index=False, name=None)
+            released[["tx_seq", "xid", "commit_lsn", "total_order", "op", "table", "value"]].itertuples(
+                index=False, name=None
+            )
         )
         if not released.empty
         else []
@@ -163,13 +162,11 @@ def test_state_round_trip_keeps_buffered_events_and_markers() -> None:
             "total_order": [1],
             "op": ["c"],
             "snapshot": ["false"],
-            "schema": ["public"],
-            "table": ["a"],
-            "before": [None],
-            "after": ['{"id":1}'],
+            "table": ["public.a"],
+            "value": ['{"id":1}'],
         }
     )
-    copy_ = AssemblyState.restore(state.meta_json(), state.events_bytes())
+    copy_ = AssemblyState.restore(state.meta_json(), state.frames_bytes())
     assert copy_.meta_json() == state.meta_json()
     pd.testing.assert_frame_equal(copy_.events, state.events)
     assert copy.deepcopy(state).frontier == 3

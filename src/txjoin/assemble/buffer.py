@@ -4,7 +4,8 @@ release whole transactions in commit order, drop duplicates.
 This is plain logic over pandas frames and a small state object; the Spark
 operator (:mod:`txjoin.assemble.spark`) only converts to and from
 ``GroupState``. One :class:`AssemblyState` covers one source, because commit
-order is a property of the whole source's sequence of transactions.
+order is a property of the whole source's sequence of transactions. All
+work is vectorized: no Python loop runs per event or per transaction.
 
 Ordering. END markers arrive on the transaction topic in commit order; their
 ``id`` suffix is the commit's end LSN, strictly increasing per source. With
@@ -13,9 +14,9 @@ listing, so markers carry their segment's offset range and a segment beyond
 the contiguous frontier waits until the gap fills. A transaction is released
 only when every END before it has been released: nothing overtakes.
 
-Completeness. END's ``data_collections`` gives per-table counts; a transaction
-is complete when, for every table, the distinct ``total_order`` values of its
-buffered events number exactly that count.
+Completeness. A transaction is complete when its END is accepted, its
+buffered events have ``event_count`` distinct positions (``total_order``),
+and per table they number exactly END's ``data_collections`` count.
 
 Duplicates. Inside the buffer ``(xid, total_order)`` is unique. A change whose
 ``seq_prev`` (the previous transaction's end LSN, ``source.sequence[0]``) is
@@ -29,6 +30,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,7 +51,6 @@ __all__ = [
     "AssemblerConfig",
     "AssemblyState",
     "BatchReport",
-    "Marker",
     "assemble",
 ]
 
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 #: Columns of the decoded input rows (see :mod:`txjoin.decode`). Integers use
 #: -1 for "absent" so columns stay int64.
 EVENT_COLUMNS: dict[str, str] = {
-    "kind": "object",  # 'change' | 'begin' | 'end' | 'heartbeat'
+    "kind": "object",  # 'change' | 'begin' | 'end' | 'heartbeat' | 'bad' | None
     "seg_first": "int64",  # transaction topic: first offset of the record's segment, else -1
     "seg_last": "int64",
     "xid": "int64",
@@ -67,13 +68,14 @@ EVENT_COLUMNS: dict[str, str] = {
     "total_order": "int64",  # change: transaction.total_order; -1 if absent
     "op": "object",
     "snapshot": "object",  # source.snapshot ('false' when streaming)
-    "schema": "object",
-    "table": "object",
+    "table": "object",  # "schema.table"
     "ts_ms": "int64",
     "event_count": "int64",  # END: total events
-    "data_collections": "object",  # END: JSON [{"data_collection":..., "event_count":...}]
-    "before": "object",  # JSON text or None
-    "after": "object",
+    # END rows come once per data_collections entry (exploded by the reader,
+    # so no list columns cross into Python): its table and count, else null/-1.
+    "dc_table": "object",
+    "dc_count": "int64",
+    "value": "object",  # change: the whole record's JSON text (bad rows: its start)
 }
 
 #: Columns of released rows, in order.
@@ -86,24 +88,23 @@ OUTPUT_COLUMNS: dict[str, str] = {
     "total_order": "int64",
     "lsn": "int64",
     "op": "object",
-    "schema": "object",
-    "table": "object",
-    "before": "object",
-    "after": "object",
+    "table": "object",  # "schema.table"
+    "value": "object",  # the Debezium record (plain or {schema, payload}) as JSON text
     "tx_events": "int64",  # events in the whole transaction
 }
 
-_BUFFER_COLUMNS = [
-    "xid",
-    "lsn",
-    "total_order",
-    "op",
-    "snapshot",
-    "schema",
-    "table",
-    "before",
-    "after",
-]
+_BUFFER = {c: EVENT_COLUMNS[c] for c in ("xid", "lsn", "total_order", "op", "snapshot", "table", "value")}
+_MARKERS = {"xid": "int64", "end_lsn": "int64", "ts_ms": "int64", "event_count": "int64"}
+_COUNTS = {"xid": "int64", "end_lsn": "int64", "table": "object", "n": "int64"}
+_HELD = {
+    **{c: "int64" for c in ("seg_first", "seg_last", "xid", "lsn", "ts_ms", "event_count", "dc_count")},
+    "kind": "object",
+    "dc_table": "object",
+}
+
+
+def _empty(schema: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in schema.items()})
 
 
 @dataclass(frozen=True)
@@ -133,22 +134,30 @@ class AssemblerConfig:
             )
 
 
-@dataclass
-class Marker:
-    """An accepted END marker waiting for its events."""
+def _frames_to_bytes(frames: dict[str, pd.DataFrame]) -> bytes:
+    out = io.BytesIO()
+    for name, df in frames.items():
+        sink = io.BytesIO()
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+        data = sink.getvalue()
+        key = name.encode()
+        out.write(struct.pack(">HQ", len(key), len(data)) + key + data)
+    return out.getvalue()
 
-    xid: int
-    end_lsn: int
-    ts_ms: int
-    event_count: int
-    counts: dict[str, int]  # "schema.table" -> events
 
-    def to_json(self) -> list[Any]:
-        return [self.xid, self.end_lsn, self.ts_ms, self.event_count, self.counts]
-
-    @classmethod
-    def from_json(cls, v: list[Any]) -> Marker:
-        return cls(int(v[0]), int(v[1]), int(v[2]), int(v[3]), dict(v[4]))
+def _frames_from_bytes(blob: bytes) -> dict[str, pd.DataFrame]:
+    frames: dict[str, pd.DataFrame] = {}
+    pos = 0
+    while pos < len(blob):
+        klen, dlen = struct.unpack_from(">HQ", blob, pos)
+        pos += 10
+        key = blob[pos : pos + klen].decode()
+        pos += klen
+        frames[key] = pa.ipc.open_stream(blob[pos : pos + dlen]).read_all().to_pandas()
+        pos += dlen
+    return frames
 
 
 @dataclass
@@ -161,13 +170,15 @@ class AssemblyState:
     last_xid: int = -1
     released: int = 0  # transactions released so far
     snapshot_released: bool = False
-    markers: list[Marker] = field(default_factory=list)  # accepted, unreleased, by end LSN
-    held: dict[int, tuple[int, list[Marker]]] = field(
-        default_factory=dict
-    )  # seg_first -> (seg_last, markers)
-    first_seen: dict[int, float] = field(default_factory=dict)  # xid -> wall time first seen
-    reported: dict[int, float] = field(default_factory=dict)  # xid (or -offset) -> last report time
-    events: pd.DataFrame = field(default_factory=lambda: _empty(_BUFFER_COLUMNS))
+    #: Accepted, unreleased ENDs in commit (end LSN) order, and their per-table counts.
+    markers: pd.DataFrame = field(default_factory=lambda: _empty(_MARKERS))
+    counts: pd.DataFrame = field(default_factory=lambda: _empty(_COUNTS))
+    #: Transaction-topic rows of segments beyond the frontier.
+    held: pd.DataFrame = field(default_factory=lambda: _empty(_HELD))
+    #: Buffered change events of unreleased transactions.
+    events: pd.DataFrame = field(default_factory=lambda: _empty(_BUFFER))
+    first_seen: dict[int, float] = field(default_factory=dict)  # xid (or -offset-1) -> wall time
+    reported: dict[int, float] = field(default_factory=dict)
 
     # -- serialization for GroupState -------------------------------------
     def meta_json(self) -> str:
@@ -179,24 +190,17 @@ class AssemblyState:
                 "last_xid": self.last_xid,
                 "released": self.released,
                 "snapshot_released": self.snapshot_released,
-                "markers": [m.to_json() for m in self.markers],
-                "held": {str(k): [v[0], [m.to_json() for m in v[1]]] for k, v in self.held.items()},
                 "first_seen": {str(k): v for k, v in self.first_seen.items()},
                 "reported": {str(k): v for k, v in self.reported.items()},
             }
         )
 
-    def events_bytes(self) -> bytes:
-        if self.events.empty:
-            return b""
-        table = pa.Table.from_pandas(self.events, preserve_index=False)
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, table.schema) as w:
-            w.write_table(table)
-        return sink.getvalue()
+    def frames_bytes(self) -> bytes:
+        frames = {"markers": self.markers, "counts": self.counts, "held": self.held, "events": self.events}
+        return _frames_to_bytes({k: v for k, v in frames.items() if not v.empty})
 
     @classmethod
-    def restore(cls, meta: str, events: bytes | None) -> AssemblyState:
+    def restore(cls, meta: str, blob: bytes | None) -> AssemblyState:
         m = json.loads(meta)
         st = cls(
             source=m["source"],
@@ -205,18 +209,20 @@ class AssemblyState:
             last_xid=int(m["last_xid"]),
             released=int(m["released"]),
             snapshot_released=bool(m["snapshot_released"]),
-            markers=[Marker.from_json(x) for x in m["markers"]],
-            held={int(k): (int(v[0]), [Marker.from_json(x) for x in v[1]]) for k, v in m["held"].items()},
             first_seen={int(k): float(v) for k, v in m["first_seen"].items()},
             reported={int(k): float(v) for k, v in m["reported"].items()},
         )
-        if events:
-            st.events = pa.ipc.open_stream(events).read_all().to_pandas()
+        for name, df in _frames_from_bytes(blob or b"").items():
+            setattr(st, name, df)
         return st
 
     def in_flight(self) -> int:
         """Transactions seen but not yet released (for progress displays)."""
-        return len(set(self.first_seen) | {m.xid for m in self.markers})
+        return (
+            len(self.markers) + int(self.events["xid"].nunique())
+            if not self.events.empty
+            else len(self.markers)
+        )
 
 
 @dataclass
@@ -230,85 +236,120 @@ class BatchReport:
     waiting: list[str] = field(default_factory=list)  # human-readable incomplete reports
 
 
-def _empty(columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=EVENT_COLUMNS.get(c, "object")) for c in columns})
-
-
-def _parse_collections(text: Any, xid: int) -> dict[str, int]:
-    if text is None or (isinstance(text, float) and np.isnan(text)):
-        return {}
-    try:
-        items = json.loads(text) if isinstance(text, str) else list(text)
-        return {str(d["data_collection"]): int(d["event_count"]) for d in items}
-    except (ValueError, KeyError, TypeError) as e:
-        raise AssemblyError(
-            f"END marker of transaction {xid} has malformed data_collections {text!r}: {e}",
-            xid=xid,
-        ) from None
+def _counts_of(ends: pd.DataFrame) -> pd.DataFrame:
+    """(xid, end_lsn, table, n) rows from exploded END rows."""
+    rows = ends.loc[ends["dc_table"].notna()]
+    if rows.empty:
+        return _empty(_COUNTS)
+    return pd.DataFrame(
+        {"xid": rows["xid"], "end_lsn": rows["lsn"], "table": rows["dc_table"], "n": rows["dc_count"]}
+    )
 
 
 def _accept_markers(state: AssemblyState, marks: pd.DataFrame, cfg: AssemblerConfig) -> None:
-    """Move END markers into ``state.markers`` respecting segment contiguity.
-
-    ``marks`` holds every transaction-topic row of the batch (BEGIN and END):
-    a segment holding only BEGINs still moves the frontier.
-    """
-    by_segment: dict[int, tuple[int, list[Marker]]] = {}
-    cols = (
-        "kind",
-        "seg_first",
-        "seg_last",
-        "xid",
-        "lsn",
-        "ts_ms",
-        "event_count",
-        "data_collections",
-    )
-    for kind, first, last, xid, lsn, ts_ms, count, collections in zip(
-        *(marks[c].tolist() for c in cols), strict=True
-    ):
-        key = int(first) if cfg.check_segments else -1
-        seg = by_segment.setdefault(key, (int(last), []))
-        if kind != "end" or int(lsn) <= state.last_end:
-            continue
-        m = Marker(int(xid), int(lsn), int(ts_ms), int(count), _parse_collections(collections, int(xid)))
-        if sum(m.counts.values()) != m.event_count:
+    """Move ENDs of contiguous transaction-topic segments into ``state.markers``."""
+    cols = list(_HELD)
+    pool = marks[cols] if state.held.empty else pd.concat([state.held, marks[cols]], ignore_index=True)
+    if cfg.check_segments:
+        if (pool["seg_first"] < 0).any():
             raise AssemblyError(
-                f"END marker of transaction {m.xid} (end LSN {m.end_lsn}) says event_count "
-                f"{m.event_count} but its data_collections add up to {sum(m.counts.values())}",
-                xid=m.xid,
+                f"a transaction-topic record of source {state.source!r} carries no segment range: the "
+                "embedded changelog reader must supply it (or turn check_segments off for Kafka)",
             )
-        seg[1].append(m)
-    if not cfg.check_segments:
-        for _, ms in by_segment.values():
-            state.markers.extend(ms)
-    else:
-        for first, (last, ms) in by_segment.items():
-            if first < 0:
-                raise AssemblyError(
-                    f"a transaction-topic record of source {state.source!r} carries no segment "
-                    "range: the embedded changelog reader must supply it (or turn "
-                    "check_segments off for Kafka)",
-                )
-            if last < state.frontier or first in state.held:
-                continue  # a segment delivered again
-            state.held[first] = (last, ms)
-        while state.frontier in state.held:
-            last, ms = state.held.pop(state.frontier)
-            state.markers.extend(ms)
+        segs = pool[["seg_first", "seg_last"]].drop_duplicates().sort_values("seg_first")
+        accepted: list[int] = []
+        for first, last in zip(segs["seg_first"].tolist(), segs["seg_last"].tolist(), strict=True):
+            if last < state.frontier:
+                continue  # delivered again
+            if first != state.frontier:
+                break
+            accepted.append(first)
             state.frontier = last + 1
-        # Segments wholly below the frontier cannot matter any more.
-        for first in [f for f, (last, _) in state.held.items() if last < state.frontier]:
-            del state.held[first]
-    # Commit order is end-LSN order; drop markers already released or repeated.
-    seen: set[int] = set()
-    kept = []
-    for m in sorted(state.markers, key=lambda m: m.end_lsn):
-        if m.end_lsn <= state.last_end or m.end_lsn in seen:
-            continue
-        seen.add(m.end_lsn)
-        kept.append(m)
-    state.markers = kept
+        take = pool["seg_first"].isin(accepted).to_numpy()
+        keep = ~take & (pool["seg_last"] >= state.frontier).to_numpy()
+        state.held = (
+            pool.loc[keep]
+            .drop_duplicates(["seg_first", "kind", "xid", "lsn", "dc_table"])
+            .reset_index(drop=True)
+        )
+        pool = pool.loc[take]
+    ends = pool.loc[(pool["kind"] == "end") & (pool["lsn"] > state.last_end)]
+    if ends.empty:
+        return
+    new = _counts_of(ends.drop_duplicates(["lsn", "dc_table"]))
+    ends = ends.drop_duplicates("lsn")
+    per_end = new.groupby("end_lsn")["n"].sum() if not new.empty else pd.Series(dtype="int64")
+    declared = ends.set_index("lsn")["event_count"]
+    summed = per_end.reindex(declared.index, fill_value=0)
+    bad = declared[declared != summed]
+    if not bad.empty:
+        lsn = int(bad.index[0])
+        xid = int(ends.loc[ends["lsn"] == lsn, "xid"].iloc[0])
+        raise AssemblyError(
+            f"END marker of transaction {xid} (end LSN {lsn}) says event_count {int(bad.iloc[0])} but its "
+            f"data_collections add up to {int(summed.loc[lsn])}",
+            xid=xid,
+        )
+    markers = pd.DataFrame(
+        {
+            "xid": ends["xid"],
+            "end_lsn": ends["lsn"],
+            "ts_ms": ends["ts_ms"],
+            "event_count": ends["event_count"],
+        }
+    )
+    both = markers if state.markers.empty else pd.concat([state.markers, markers], ignore_index=True)
+    state.markers = both.drop_duplicates("end_lsn").sort_values("end_lsn", kind="stable", ignore_index=True)
+    if not new.empty:
+        counts = new if state.counts.empty else pd.concat([state.counts, new], ignore_index=True)
+        state.counts = counts.drop_duplicates(["end_lsn", "table"], ignore_index=True)
+
+
+def _complete_prefix(state: AssemblyState, cfg: AssemblerConfig) -> int:
+    """How many of the leading markers are complete (and can be released)."""
+    markers, events = state.markers, state.events
+    if markers.empty:
+        return 0
+    if events.empty:
+        got_total = pd.Series(0, index=markers.index)
+    else:
+        per_xid = events.groupby("xid", sort=False).size()
+        too_big = per_xid[per_xid > cfg.max_transaction_events]
+        if not too_big.empty:
+            xid = int(too_big.index[0])
+            raise TransactionTooLarge(
+                f"transaction {xid} of source {state.source!r} buffers {int(too_big.iloc[0])} events, "
+                f"more than max_transaction_events={cfg.max_transaction_events}. txjoin never splits a "
+                "transaction: raise the setting (and the Spark executor memory with it) to let this "
+                "transaction through",
+                xid=xid,
+                source=state.source,
+                setting="max_transaction_events",
+            )
+        got_total = markers["xid"].map(per_xid).fillna(0).astype("int64")
+    complete = got_total.to_numpy() == markers["event_count"].to_numpy()
+    if not state.counts.empty and not events.empty:
+        have = events.groupby(["xid", "table"], sort=False).size().reset_index(name="got")
+        check = state.counts.merge(have[["xid", "table", "got"]], on=["xid", "table"], how="left")
+        check["got"] = check["got"].fillna(0).astype("int64")
+        over = check[check["got"] > check["n"]]
+        if not over.empty:
+            row = over.iloc[0]
+            raise AssemblyError(
+                f"transaction {int(row['xid'])} (end LSN {int(row['end_lsn'])}) of source "
+                f"{state.source!r} has {int(row['got'])} distinct events for {row['table']} but its END "
+                f"says {int(row['n'])}: the changelog holds events END does not count; it was written "
+                "by something else or is damaged",
+                xid=int(row["xid"]),
+                table=str(row["table"]),
+            )
+        short = set(check.loc[check["got"] < check["n"], "end_lsn"].tolist())
+        if short:
+            complete &= ~markers["end_lsn"].isin(short).to_numpy()
+    elif not state.counts.empty:
+        complete &= ~markers["end_lsn"].isin(set(state.counts["end_lsn"].tolist())).to_numpy()
+    # The longest complete prefix in commit order.
+    return int(np.cumprod(complete).sum())
 
 
 def assemble(
@@ -324,122 +365,79 @@ def assemble(
     if not batch.empty and (kinds == "bad").any():
         bad = batch.loc[kinds == "bad"].iloc[0]
         raise ProtocolError(
-            f"source {state.source!r}: record in {bad['schema']} is neither a Debezium change "
-            f"event nor a transaction marker: {bad['after']!r}. Fix or remove that record; "
+            f"source {state.source!r}: record in {bad['table']} is neither a Debezium change "
+            f"event nor a transaction marker: {bad['value']!r}. Fix or remove that record; "
             "nothing after the last good transaction was released",
-            path=bad["schema"],
+            path=bad["table"],
             source=state.source,
         )
 
     # -- change events into the buffer, without duplicates ----------------
-    changes = batch.loc[kinds == "change", [*_BUFFER_COLUMNS, "seq_prev"]] if not batch.empty else None
-    if changes is not None and not changes.empty:
-        before = len(changes)
-        stale = (changes["seq_prev"] >= 0) & (changes["seq_prev"] < state.last_end)
-        if state.snapshot_released:
-            stale |= changes["snapshot"] != "false"
-        changes = changes.loc[~stale, _BUFFER_COLUMNS]
-        report.duplicates_dropped += before - len(changes)
-        if not changes.empty:
-            for x in pd.unique(changes["xid"]):
-                state.first_seen.setdefault(int(x), now)
-            buffered = (
-                pd.concat([state.events, changes], ignore_index=True) if not state.events.empty else changes
-            )
-            n = len(buffered)
-            buffered = buffered.drop_duplicates(["xid", "total_order"], keep="first", ignore_index=True)
-            report.duplicates_dropped += n - len(buffered)
-            state.events = buffered
     if not batch.empty:
-        begins = batch.loc[kinds == "begin", "xid"]
-        for x in pd.unique(begins):
-            if x not in (m.xid for m in state.markers):
-                state.first_seen.setdefault(int(x), now)
+        changes = batch.loc[kinds == "change"]
+        if not changes.empty:
+            before = len(changes)
+            stale = (changes["seq_prev"] >= 0) & (changes["seq_prev"] < state.last_end)
+            if state.snapshot_released:
+                stale |= changes["snapshot"] != "false"
+            changes = changes.loc[~stale, list(_BUFFER)]
+            report.duplicates_dropped += before - len(changes)
+            if not changes.empty:
+                for x in pd.unique(changes["xid"]).tolist():
+                    state.first_seen.setdefault(int(x), now)
+                buffered = (
+                    changes if state.events.empty else pd.concat([state.events, changes], ignore_index=True)
+                )
+                n = len(buffered)
+                buffered = buffered.drop_duplicates(["xid", "total_order"], keep="first", ignore_index=True)
+                report.duplicates_dropped += n - len(buffered)
+                state.events = buffered
         marks = batch.loc[(kinds == "end") | (kinds == "begin")]
         if not marks.empty:
             _accept_markers(state, marks, cfg)
 
     # -- release the longest complete prefix -------------------------------
-    events = state.events
-    if not events.empty:
-        counts = events.groupby(["xid", "schema", "table"], sort=False).size()
-        have: dict[tuple[int, str], int] = {
-            (int(x), f"{s}.{t}"): int(n)
-            for (x, s, t), n in zip(counts.index.tolist(), counts.tolist(), strict=True)
-        }
-        per_xid = events.groupby("xid", sort=False).size()
-        too_big = per_xid[per_xid > cfg.max_transaction_events]
-        if not too_big.empty:
-            xid = int(too_big.index[0])
-            raise TransactionTooLarge(
-                f"transaction {xid} of source {state.source!r} buffers {int(too_big.iloc[0])} "
-                f"events, more than max_transaction_events={cfg.max_transaction_events}. txjoin "
-                "never splits a transaction: raise the setting (and the Spark executor memory "
-                "with it) to let this transaction through",
-                xid=xid,
-                source=state.source,
-                setting="max_transaction_events",
-            )
-    else:
-        have = {}
-    release: list[Marker] = []
-    for m in state.markers:
-        complete = True
-        for table, n in m.counts.items():
-            got = have.get((m.xid, table), 0)
-            if got < n:
-                complete = False
-                break
-            if got > n:
-                raise AssemblyError(
-                    f"transaction {m.xid} (end LSN {m.end_lsn}) of source {state.source!r} has "
-                    f"{got} distinct events for {table} but its END says {n}: the changelog "
-                    "holds events END does not count; it was written by something else or is "
-                    "damaged",
-                    xid=m.xid,
-                    table=table,
-                )
-        if not complete:
-            break
-        release.append(m)
-
+    k = _complete_prefix(state, cfg)
     frames: list[pd.DataFrame] = []
-    if release:
-        released_xids = {m.xid for m in release}
-        take = events["xid"].isin(released_xids).to_numpy() if not events.empty else np.zeros(0, bool)
-        out = events.loc[take]
-        state.events = events.loc[~take].reset_index(drop=True)
-        seq = {m.xid: state.released + i + 1 for i, m in enumerate(release)}
-        info = {m.xid: m for m in release}
+    if k:
+        rel = state.markers.iloc[:k].copy()
+        rel["tx_seq"] = np.arange(state.released + 1, state.released + k + 1, dtype=np.int64)
+        events = state.events
+        if not events.empty:
+            take = events["xid"].isin(set(rel["xid"].tolist())).to_numpy()
+            out = events.loc[take]
+            state.events = events.loc[~take].reset_index(drop=True)
+        else:
+            out = events
         if not out.empty:
-            xids = out["xid"]
+            out = out.merge(rel, on="xid", how="inner", sort=False)
             out = pd.DataFrame(
                 {
                     "source": state.source,
-                    "tx_seq": xids.map(seq).astype("int64"),
-                    "xid": xids.astype("int64"),
-                    "commit_lsn": xids.map({x: m.end_lsn for x, m in info.items()}).astype("int64"),
-                    "commit_ts_ms": xids.map({x: m.ts_ms for x, m in info.items()}).astype("int64"),
-                    "total_order": out["total_order"].astype("int64"),
-                    "lsn": out["lsn"].astype("int64"),
+                    "tx_seq": out["tx_seq"],
+                    "xid": out["xid"],
+                    "commit_lsn": out["end_lsn"],
+                    "commit_ts_ms": out["ts_ms"],
+                    "total_order": out["total_order"],
+                    "lsn": out["lsn"],
                     "op": out["op"],
-                    "schema": out["schema"],
                     "table": out["table"],
-                    "before": out["before"],
-                    "after": out["after"],
-                    "tx_events": xids.map({x: m.event_count for x, m in info.items()}).astype("int64"),
+                    "value": out["value"],
+                    "tx_events": out["event_count"],
                 }
             ).sort_values(["commit_lsn", "total_order"], kind="stable", ignore_index=True)
             for start in range(0, len(out), cfg.chunk_rows):
                 frames.append(out.iloc[start : start + cfg.chunk_rows])
             report.released_events = len(out)
-        state.released += len(release)
-        state.last_end = release[-1].end_lsn
-        state.last_xid = release[-1].xid
-        state.markers = state.markers[len(release) :]
-        for m in release:
-            state.first_seen.pop(m.xid, None)
-            state.reported.pop(m.xid, None)
+        state.released += k
+        state.last_end = int(rel["end_lsn"].iloc[-1])
+        state.last_xid = int(rel["xid"].iloc[-1])
+        state.markers = state.markers.iloc[k:].reset_index(drop=True)
+        if not state.counts.empty:
+            state.counts = state.counts.loc[state.counts["end_lsn"] > state.last_end].reset_index(drop=True)
+        for x in rel["xid"].tolist():
+            state.first_seen.pop(int(x), None)
+            state.reported.pop(int(x), None)
         if not state.snapshot_released:
             state.snapshot_released = True
             if not state.events.empty:
@@ -450,72 +448,69 @@ def assemble(
                         state.source,
                         int(leftover.sum()),
                     )
-                    for x in pd.unique(state.events.loc[leftover, "xid"]):
+                    for x in pd.unique(state.events.loc[leftover, "xid"]).tolist():
                         state.first_seen.pop(int(x), None)
                     state.events = state.events.loc[~leftover].reset_index(drop=True)
-        report.released_transactions = len(release)
+        report.released_transactions = k
 
     report.buffered_events = len(state.events)
-    _check_timeouts(state, cfg, now, have, report)
+    _check_timeouts(state, cfg, now, report)
     return frames, report
 
 
-def _check_timeouts(
-    state: AssemblyState,
-    cfg: AssemblerConfig,
-    now: float,
-    have: dict[tuple[int, str], int],
-    report: BatchReport,
-) -> None:
+def _check_timeouts(state: AssemblyState, cfg: AssemblerConfig, now: float, report: BatchReport) -> None:
     """Report transactions incomplete for longer than the timeout."""
     problems: list[tuple[int, str, dict[str, Any]]] = []
-    head = state.markers[0] if state.markers else None
-    if head is not None:
-        since = state.first_seen.setdefault(head.xid, now)
+    if not state.markers.empty:
+        head = state.markers.iloc[0]
+        xid, end_lsn = int(head["xid"]), int(head["end_lsn"])
+        since = state.first_seen.setdefault(xid, now)
         if now - since >= cfg.incomplete_timeout:
+            mine = state.events[state.events["xid"] == xid] if not state.events.empty else state.events
+            got = mine["table"].value_counts().to_dict() if not mine.empty else {}
+            want = state.counts[state.counts["end_lsn"] == end_lsn]
             missing = {
-                t: n - have.get((head.xid, t), 0)
-                for t, n in head.counts.items()
-                if have.get((head.xid, t), 0) < n
+                t: int(n) - int(got.get(t, 0))
+                for t, n in zip(want["table"], want["n"], strict=True)
+                if got.get(t, 0) < n
             }
-            what = ", ".join(f"{n} of {head.counts[t]} events of {t}" for t, n in missing.items())
+            what = ", ".join(f"{n} events of {t}" for t, n in missing.items()) or "events"
             problems.append(
                 (
-                    head.xid,
-                    f"transaction {head.xid} (end LSN {head.end_lsn}) of source "
-                    f"{state.source!r} is incomplete after {now - since:.0f} s: missing {what}; "
-                    f"{len(state.markers) - 1} later transactions wait behind it",
-                    {"missing": missing, "end_lsn": head.end_lsn},
+                    xid,
+                    f"transaction {xid} (end LSN {end_lsn}) of source {state.source!r} is incomplete after "
+                    f"{now - since:.0f} s: missing {what}; {len(state.markers) - 1} later transactions "
+                    "wait behind it",
+                    {"missing": missing, "end_lsn": end_lsn},
                 )
             )
-    if state.held:
-        first_held = min(state.held)
+    if not state.held.empty:
+        first_held = int(state.held["seg_first"].min())
         key = -first_held - 1
         since = state.first_seen.setdefault(key, now)
         if now - since >= cfg.incomplete_timeout:
+            waiting = int((state.held["kind"] == "end").sum())
             problems.append(
                 (
                     key,
-                    f"transaction topic of source {state.source!r} has a gap: offsets "
-                    f"{state.frontier}..{first_held - 1} have not arrived after "
-                    f"{now - since:.0f} s while later segments have; "
-                    f"{sum(len(v[1]) for v in state.held.values())} "
-                    "transactions wait behind the gap",
+                    f"transaction topic of source {state.source!r} has a gap: offsets {state.frontier}.."
+                    f"{first_held - 1} have not arrived after {now - since:.0f} s while later segments have; "
+                    f"{waiting} transactions wait behind the gap",
                     {"missing_offsets": [state.frontier, first_held - 1]},
                 )
             )
     else:
         state.first_seen = {k: v for k, v in state.first_seen.items() if k >= 0}
-    marker_xids = {m.xid for m in state.markers}
+    marker_xids = set(state.markers["xid"].tolist()) if not state.markers.empty else set()
     for xid, since in state.first_seen.items():
         if xid < 0 or xid in marker_xids or now - since < cfg.incomplete_timeout:
             continue
         problems.append(
             (
                 xid,
-                f"transaction {xid} of source {state.source!r} has buffered events but no END "
-                f"after {now - since:.0f} s (upstream loss, or capture stopped mid-transaction); "
-                "it is kept, not released",
+                f"transaction {xid} of source {state.source!r} has buffered events but no END after "
+                f"{now - since:.0f} s (upstream loss, or capture stopped mid-transaction); it is kept, "
+                "not released",
                 {},
             )
         )

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 _SPARK_TYPES = {"int64": "long", "object": "string"}
 OUTPUT_SCHEMA = ", ".join(f"{c} {_SPARK_TYPES[t]}" for c, t in OUTPUT_COLUMNS.items())
-STATE_SCHEMA = "meta string, events binary"
+STATE_SCHEMA = "meta string, frames binary"
 
 
 def state_function(
@@ -42,8 +42,8 @@ def state_function(
     def run(key: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         source = str(key[0])
         if state.exists:
-            meta, events = state.get
-            st = AssemblyState.restore(meta, events)
+            meta, blob = state.get
+            st = AssemblyState.restore(meta, blob)
         else:
             st = AssemblyState(source=source)
         parts = [f for f in frames if not f.empty]
@@ -53,7 +53,7 @@ def state_function(
             else pd.DataFrame({c: pd.Series(dtype=t) for c, t in EVENT_COLUMNS.items()})
         )
         released, report = assemble(st, batch, cfg, time.time())
-        state.update((st.meta_json(), st.events_bytes()))
+        state.update((st.meta_json(), st.frames_bytes()))
         if report.released_transactions:
             log.debug(
                 "source %s: released %d transactions (%d events), %d events buffered",

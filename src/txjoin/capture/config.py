@@ -45,7 +45,7 @@ def heartbeat_topic(prefix: str) -> str:
     return f"{prefix}.heartbeat"
 
 
-_TOPIC_PART_RE = re.compile(r"^[A-Za-z0-9_$-]+$")
+_TOPIC_PART_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,8 @@ class CaptureConfig:
             if not (_TOPIC_PART_RE.match(t.schema) and _TOPIC_PART_RE.match(t.table)):
                 raise ConfigError(
                     f"table {t} cannot be captured: its schema and table names must consist of "
-                    "letters, digits, '_', '$' or '-' so its topic name parses back",
+                    "letters, digits, '_' or '-' (topic names follow Kafka's rules) so its topic name "
+                    "parses back",
                     table=str(t),
                 )
         if len(set(self.tables)) != len(self.tables):
