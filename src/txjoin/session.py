@@ -49,6 +49,9 @@ def spark_session(
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
     if os.environ.get("TXJOIN_SPARK_VERBOSE") == "1":
         java_opts = ""
+    # Java's regex engine recurses per character; Spark runs regexes over plan
+    # strings that hold a recompute's rows, which overflows the default stack.
+    java_opts += " -Xss32m"
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",

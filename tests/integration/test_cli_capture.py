@@ -33,7 +33,11 @@ def test_db_start_status_stop(capsys: pytest.CaptureFixture[str]) -> None:
         out = capsys.readouterr().out
         assert "running on port" in out
         assert main(["db", "status", "--data-dir", data]) == 0
-        dsn = next(line.split("dsn: ", 1)[1] for line in capsys.readouterr().out.splitlines() if line.startswith("dsn: "))
+        dsn = next(
+            line.split("dsn: ", 1)[1]
+            for line in capsys.readouterr().out.splitlines()
+            if line.startswith("dsn: ")
+        )
         conn = psycopg2.connect(dsn)
         with conn.cursor() as cur:
             cur.execute("SHOW wal_level")

@@ -1,0 +1,648 @@
+"""Plan an output: analyse its PostgreSQL SQL, decide how to maintain it, and
+translate it for Spark.
+
+An output is maintained by recomputing *partitions* of it: per micro-batch we
+find the partitions the released changes can affect and re-run the SQL on
+just the rows those partitions need. A partition is either
+
+- ``root`` mode: one row of the *root* table, the table whose primary key the
+  output key (or GROUP BY) contains and which no outer join can null out
+  (each order in seed 003's query is a partition); or
+- ``group`` mode: one value of the GROUP BY columns, all taken from a single
+  table (``GROUP BY owner_id``), or the one global group of an aggregate
+  without GROUP BY (a ledger's total).
+
+What cannot be maintained this way is refused with :class:`UnsupportedQuery`
+naming the construct: joins other than inner and left, join conditions other
+than equality (or ``x = ANY(array)``), subqueries, set operations, window
+functions, LIMIT, non-deterministic functions, tables that are not captured.
+
+Translation uses sqlglot (PostgreSQL -> Spark) plus rewrites for what its
+Spark output lacks: ``json_agg`` / ``json_build_object`` / ``array_agg``
+(made deterministic: unordered aggregates are sorted) and ``= ANY(array)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from txjoin.errors import UnsupportedQuery
+from txjoin.pg.names import QualifiedName
+
+__all__ = ["Edge", "OutputPlan", "TableInfo", "plan_output", "view_name"]
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What the planner needs to know of a captured table."""
+
+    name: QualifiedName
+    source: str
+    columns: tuple[str, ...]
+    primary_key: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A join condition between two aliases.
+
+    ``eq``: ``left.left_col = right.right_col``.
+    ``any``: ``right.right_col = ANY(left.left_col)`` (``left_col`` is an array).
+    """
+
+    kind: Literal["eq", "any"]
+    left: str
+    left_col: str
+    right: str
+    right_col: str
+
+    def other(self, alias: str) -> str:
+        return self.right if alias == self.left else self.left
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    name: str
+    sql: str  # as the user wrote it (PostgreSQL)
+    spark_sql: str  # runs over views named by view_name()
+    key: tuple[str, ...]  # output key columns
+    columns: tuple[str, ...]  # output columns, in order
+    aliases: Mapping[str, TableInfo]  # alias -> table
+    left_joined: frozenset[str]  # aliases that an outer join can null out
+    edges: tuple[Edge, ...]
+    mode: Literal["root", "group"]
+    anchor: str  # root alias or group alias ("" for a global aggregate)
+    anchor_cols: tuple[str, ...]  # root PK or group columns (source names)
+    partition_cols: tuple[str, ...]  # output columns holding anchor_cols, same order
+    used_columns: Mapping[str, frozenset[str]]  # alias -> source columns the SQL reads
+    unordered_columns: frozenset[str] = field(default_factory=frozenset)  # JSON/array aggs without ORDER BY
+    json_columns: frozenset[str] = field(default_factory=frozenset)  # JSON text in the output
+
+    @property
+    def tables(self) -> set[QualifiedName]:
+        return {t.name for t in self.aliases.values()}
+
+    def index_columns(self) -> dict[QualifiedName, set[str]]:
+        """Columns the replica store must index for this plan's lookups."""
+        out: dict[QualifiedName, set[str]] = {}
+        for e in self.edges:
+            for alias, col in ((e.left, e.left_col), (e.right, e.right_col)):
+                out.setdefault(self.aliases[alias].name, set()).add(col)
+        if self.mode == "group" and self.anchor:
+            out.setdefault(self.aliases[self.anchor].name, set()).update(self.anchor_cols)
+        return out
+
+    def array_columns(self) -> dict[QualifiedName, set[str]]:
+        """Array columns used by ``= ANY()`` joins: indexed element by element."""
+        out: dict[QualifiedName, set[str]] = {}
+        for e in self.edges:
+            if e.kind == "any":
+                out.setdefault(self.aliases[e.left].name, set()).add(e.left_col)
+        return out
+
+
+def view_name(table: QualifiedName) -> str:
+    """The Spark view holding ``table``'s rows during a recompute."""
+    return f"txj__{table.schema}__{table.table}"
+
+
+_NONDETERMINISTIC = {
+    "NOW",
+    "RANDOM",
+    "RAND",
+    "CLOCK_TIMESTAMP",
+    "STATEMENT_TIMESTAMP",
+    "TRANSACTION_TIMESTAMP",
+    "TIMEOFDAY",
+    "GEN_RANDOM_UUID",
+    "UUID",
+    "NEXTVAL",
+    "TXID_CURRENT",
+}
+_NONDETERMINISTIC_NODES: tuple[type[exp.Expression], ...] = (
+    exp.CurrentTimestamp,
+    exp.CurrentDate,
+    exp.CurrentTime,
+    exp.Rand,
+)
+
+
+def _refuse(output: str, what: str, fix: str, node: exp.Expression | None = None) -> UnsupportedQuery:
+    snippet = f" (`{node.sql(dialect='postgres')[:120]}`)" if node is not None else ""
+    return UnsupportedQuery(
+        f"output {output!r}: {what}{snippet} cannot be maintained incrementally: {fix}",
+        output=output,
+        construct=what,
+    )
+
+
+@dataclass
+class _Analysis:
+    output: str
+    aliases: dict[str, TableInfo] = field(default_factory=dict)
+    left_joined: set[str] = field(default_factory=set)
+    edges: list[Edge] = field(default_factory=list)
+    used: dict[str, set[str]] = field(default_factory=dict)
+
+
+def _resolve_table(t: exp.Table, tables: Mapping[QualifiedName, TableInfo], output: str) -> TableInfo:
+    schema = t.db or "public"
+    name = QualifiedName(schema, t.name)
+    info = tables.get(name)
+    if info is None:
+        raise UnsupportedQuery(
+            f"output {output!r} reads table {name}, which no source captures: add it to a "
+            "source's tables (it needs a primary key) or change the SQL",
+            output=output,
+            table=str(name),
+        )
+    return info
+
+
+def _column_alias(col: exp.Column, a: _Analysis) -> str:
+    """The alias a column reference belongs to (qualifying unqualified ones)."""
+    if col.table:
+        if col.table not in a.aliases:
+            raise UnsupportedQuery(
+                f"output {a.output!r}: column {col.sql(dialect='postgres')} names "
+                f"{col.table!r}, which is not a table or alias in the FROM clause",
+                output=a.output,
+            )
+        alias = col.table
+    else:
+        owners = [al for al, info in a.aliases.items() if col.name in info.columns]
+        if len(owners) != 1:
+            raise UnsupportedQuery(
+                f"output {a.output!r}: column {col.name!r} is "
+                + ("ambiguous" if owners else "not a column of any table in the FROM clause")
+                + ": qualify it with its table alias",
+                output=a.output,
+            )
+        alias = owners[0]
+        col.set("table", exp.to_identifier(alias))
+    if col.name not in a.aliases[alias].columns:
+        raise UnsupportedQuery(
+            f"output {a.output!r}: {a.aliases[alias].name} has no column {col.name!r}",
+            output=a.output,
+            table=str(a.aliases[alias].name),
+            column=col.name,
+        )
+    a.used.setdefault(alias, set()).add(col.name)
+    return alias
+
+
+def _aliases_in(node: exp.Expression, a: _Analysis) -> set[str]:
+    return {_column_alias(c, a) for c in node.find_all(exp.Column)}
+
+
+def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    if isinstance(node, exp.Paren):
+        return _conjuncts(node.this)
+    return [node]
+
+
+def _any_array(node: exp.Expression) -> exp.Column | None:
+    if isinstance(node, exp.Any):
+        inner = node.this
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, exp.Column):
+            return inner
+    return None
+
+
+def _classify(cond: exp.Expression, a: _Analysis, inner: bool) -> None:
+    """Record ``cond`` as a join edge, or accept it as a one-table filter."""
+    touched = _aliases_in(cond, a)
+    if len(touched) <= 1:
+        return
+    if isinstance(cond, exp.EQ):
+        left, right = cond.this, cond.expression
+        if isinstance(left, exp.Column) and isinstance(right, exp.Column):
+            la, ra = _column_alias(left, a), _column_alias(right, a)
+            if la != ra:
+                a.edges.append(Edge("eq", la, left.name, ra, right.name))
+                return
+        for scalar, other in ((left, right), (right, left)):
+            arr = _any_array(other)
+            if isinstance(scalar, exp.Column) and arr is not None:
+                a.edges.append(
+                    Edge(
+                        "any",
+                        _column_alias(arr, a),
+                        arr.name,
+                        _column_alias(scalar, a),
+                        scalar.name,
+                    )
+                )
+                return
+    raise _refuse(
+        a.output,
+        "a join condition that is not an equality of two columns (or `col = ANY(array_col)`)",
+        "txjoin finds affected rows through equality lookups; rewrite the condition as "
+        "column equalities, or move one-table conditions into WHERE",
+        cond,
+    )
+
+
+def _check_supported(select: exp.Select, output: str) -> None:
+    if select.args.get("with_") or select.args.get("with"):
+        raise _refuse(output, "a WITH clause", "inline the common table expression")
+    for kind, what in (
+        ("limit", "LIMIT"),
+        ("offset", "OFFSET"),
+        ("distinct", None),
+    ):
+        node = select.args.get(kind)
+        if node is not None and what is not None:
+            raise _refuse(output, what, "an output table holds all rows; drop it", node)
+        if kind == "distinct" and node is not None and node.args.get("on") is not None:
+            raise _refuse(output, "DISTINCT ON", "use GROUP BY with aggregates", node)
+    for sub in select.find_all(exp.Subquery, exp.Union, exp.Intersect, exp.Except, exp.Exists):
+        raise _refuse(output, "a subquery or set operation", "express it with joins", sub)  # type: ignore[arg-type]
+    for node in select.find_all(exp.Window):
+        raise _refuse(output, "a window function", "window functions span rows of other partitions", node)
+    for node in select.find_all(exp.Anonymous):
+        if node.name.upper() in _NONDETERMINISTIC:
+            raise _refuse(
+                output,
+                f"the function {node.name}()",
+                "its result depends on when it runs, not on the data",
+                node,
+            )
+    for node in select.find_all(*_NONDETERMINISTIC_NODES):
+        raise _refuse(
+            output,
+            "a time or random function",
+            "its result depends on when it runs, not on the data",
+            node,
+        )
+
+
+def _from_clause(
+    select: exp.Select, tables: Mapping[QualifiedName, TableInfo], a: _Analysis
+) -> list[tuple[exp.Join, str]]:
+    from_ = select.args.get("from_") or select.args.get("from")
+    if from_ is None:
+        raise UnsupportedQuery(f"output {a.output!r}: the SQL has no FROM clause", output=a.output)
+    sources: list[exp.Expression] = [from_.this, *from_.expressions] if from_.expressions else [from_.this]
+    joins: list[tuple[exp.Join, str]] = []
+
+    def add(t: exp.Expression) -> str:
+        if not isinstance(t, exp.Table):
+            raise _refuse(a.output, "a FROM item that is not a table", "use captured tables only", t)
+        info = _resolve_table(t, tables, a.output)
+        alias = t.alias_or_name
+        if alias in a.aliases:
+            raise UnsupportedQuery(
+                f"output {a.output!r}: alias {alias!r} is used twice: give each table its own alias",
+                output=a.output,
+            )
+        a.aliases[alias] = info
+        return alias
+
+    for t in sources:
+        add(t)
+    for j in select.args.get("joins") or []:
+        side = (j.side or "").upper()
+        kind = (j.kind or "").upper()
+        if side in ("RIGHT", "FULL") or (
+            kind == "CROSS" and j.args.get("on") is None and not j.args.get("using")
+        ):
+            raise _refuse(
+                a.output,
+                f"{side or kind} JOIN",
+                "only INNER and LEFT joins are maintained; rewrite a RIGHT JOIN as a LEFT JOIN",
+                j,
+            )
+        if j.args.get("using"):
+            raise _refuse(a.output, "JOIN ... USING", "write the join with ON a.col = b.col", j)
+        alias = add(j.this)
+        if side == "LEFT":
+            a.left_joined.add(alias)
+        joins.append((j, alias))
+    return joins
+
+
+def _output_columns(select: exp.Select, output: str) -> list[tuple[str, exp.Expression]]:
+    cols = []
+    for i, e in enumerate(select.expressions):
+        if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
+            raise _refuse(output, "SELECT *", "list the output columns", e)
+        name = e.alias_or_name if isinstance(e, exp.Alias | exp.Column) else ""
+        if not name:
+            name = _default_name(e, i)
+        cols.append((name, e.this if isinstance(e, exp.Alias) else e))
+    names = [n for n, _ in cols]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise UnsupportedQuery(
+            f"output {output!r}: column name(s) {sorted(dup)} appear more than once: give each "
+            "output column its own alias",
+            output=output,
+        )
+    return cols
+
+
+def _default_name(e: exp.Expression, i: int) -> str:
+    # PostgreSQL names an unaliased function column after the function.
+    if isinstance(e, exp.JSONArrayAgg):
+        return "json_agg"
+    if isinstance(e, exp.Func):
+        return e.sql_name().lower() if hasattr(e, "sql_name") else f"column{i + 1}"
+    return f"column{i + 1}"
+
+
+def _is_aggregate(node: exp.Expression) -> bool:
+    return any(True for _ in node.find_all(exp.AggFunc)) or isinstance(node, exp.AggFunc)
+
+
+def plan_output(
+    name: str,
+    sql: str,
+    key: Iterable[str],
+    tables: Mapping[QualifiedName, TableInfo],
+) -> OutputPlan:
+    """Analyse ``sql`` (PostgreSQL dialect) for output ``name`` with key ``key``."""
+    key = tuple(key)
+    if not key:
+        raise UnsupportedQuery(
+            f"output {name!r} declares no key: list the columns that identify a row", output=name
+        )
+    try:
+        statements = sqlglot.parse(sql, read="postgres")
+    except ParseError as e:
+        raise UnsupportedQuery(
+            f"output {name!r}: the SQL does not parse as PostgreSQL: {e}", output=name
+        ) from None
+    statements = [s for s in statements if s is not None]
+    if len(statements) != 1 or not isinstance(statements[0], exp.Select):
+        raise UnsupportedQuery(f"output {name!r}: the SQL must be exactly one SELECT statement", output=name)
+    select: exp.Select = statements[0]
+    _check_supported(select, name)
+    a = _Analysis(name)
+    joins = _from_clause(select, tables, a)
+    for j, alias in joins:
+        for cond in _conjuncts(j.args.get("on")):
+            _classify(cond, a, inner=alias not in a.left_joined)
+    for cond in _conjuncts(select.args.get("where")):
+        _classify(cond, a, inner=True)
+    _check_connected(a)
+    out_cols = _output_columns(select, name)
+    for _, expr in out_cols:
+        _aliases_in(expr, a)
+    group = select.args.get("group")
+    group_exprs: list[exp.Expression] = list(group.expressions) if group else []
+    for g in group_exprs:
+        _aliases_in(g, a)
+    having = select.args.get("having")
+    if having is not None:
+        _aliases_in(having, a)
+    aggregated = bool(group_exprs) or any(_is_aggregate(x) for _, x in out_cols)
+    col_names = [n for n, _ in out_cols]
+    missing = [k for k in key if k not in col_names]
+    if missing:
+        raise UnsupportedQuery(
+            f"output {name!r}: key column(s) {missing} are not output columns {col_names}",
+            output=name,
+        )
+    # Output column name -> (alias, column) for plain column references.
+    plain: dict[str, tuple[str, str]] = {}
+    for n, expr in out_cols:
+        if isinstance(expr, exp.Column):
+            plain[n] = (_column_alias(expr, a), expr.name)
+
+    mode: Literal["root", "group"]
+    anchor = ""
+    anchor_cols: tuple[str, ...] = ()
+    partition_cols: tuple[str, ...] = ()
+    candidates: list[str] = []
+    if not aggregated:
+        key_refs = {plain[k] for k in key if k in plain}
+        candidates = [
+            al for al, info in a.aliases.items() if all((al, c) in key_refs for c in info.primary_key)
+        ]
+    else:
+        group_refs = {(_column_alias(g, a), g.name) for g in group_exprs if isinstance(g, exp.Column)}
+        candidates = [
+            al for al, info in a.aliases.items() if all((al, c) in group_refs for c in info.primary_key)
+        ]
+    candidates = [c for c in candidates if c not in a.left_joined]
+    if candidates:
+        mode = "root"
+        anchor = candidates[0]
+        anchor_cols = a.aliases[anchor].primary_key
+        by_ref = {v: k for k, v in plain.items()}
+        if not all((anchor, c) in by_ref for c in anchor_cols):
+            raise UnsupportedQuery(
+                f"output {name!r}: the primary key {list(anchor_cols)} of {a.aliases[anchor].name} "
+                f"(alias {anchor!r}), which identifies each output row, must be output columns: "
+                "add it to the SELECT list",
+                output=name,
+            )
+        partition_cols = tuple(by_ref[(anchor, c)] for c in anchor_cols)
+        if not aggregated and not set(partition_cols) <= set(key):
+            raise UnsupportedQuery(
+                f"output {name!r}: the key must include {list(partition_cols)}", output=name
+            )
+    elif aggregated:
+        mode = "group"
+        if not all(isinstance(g, exp.Column) for g in group_exprs):
+            raise _refuse(name, "GROUP BY an expression", "group by plain columns of one table")
+        owners = {_column_alias(g, a) for g in group_exprs if isinstance(g, exp.Column)}
+        if len(owners) > 1:
+            raise _refuse(
+                name,
+                "GROUP BY columns of several tables that do not include a primary key",
+                "group by the primary key of one table, or by columns of a single table",
+            )
+        if owners:
+            anchor = owners.pop()
+            if anchor in a.left_joined:
+                raise _refuse(
+                    name,
+                    "GROUP BY columns of an outer-joined table",
+                    "group by columns of the preserved side",
+                )
+            anchor_cols = tuple(g.name for g in group_exprs if isinstance(g, exp.Column))
+            by_ref = {v: k for k, v in plain.items()}
+            if not all((anchor, c) in by_ref for c in anchor_cols):
+                raise UnsupportedQuery(
+                    f"output {name!r}: the GROUP BY columns {list(anchor_cols)} must be output columns",
+                    output=name,
+                )
+            partition_cols = tuple(by_ref[(anchor, c)] for c in anchor_cols)
+    else:
+        raise UnsupportedQuery(
+            f"output {name!r}: the key {list(key)} does not contain the primary key of a table "
+            "that every output row comes from (the FROM table or an inner-joined one): add that "
+            "primary key to the output and the key",
+            output=name,
+        )
+    spark_sql, unordered = _translate(select, a, name, out_cols)
+    json_cols = frozenset(n for n, e in out_cols if _is_json(e))
+    return OutputPlan(
+        name=name,
+        sql=sql,
+        spark_sql=spark_sql,
+        key=key,
+        columns=tuple(col_names),
+        aliases=dict(a.aliases),
+        left_joined=frozenset(a.left_joined),
+        edges=tuple(a.edges),
+        mode=mode,
+        anchor=anchor,
+        anchor_cols=tuple(anchor_cols),
+        partition_cols=tuple(partition_cols),
+        used_columns={k: frozenset(v) for k, v in a.used.items()},
+        unordered_columns=frozenset(unordered),
+        json_columns=json_cols,
+    )
+
+
+def _is_json(e: exp.Expression) -> bool:
+    """Whether an output expression yields JSON (compared as parsed JSON)."""
+    if isinstance(e, exp.JSONArrayAgg | exp.JSONObject | exp.JSONObjectAgg):
+        return True
+    if isinstance(e, exp.Anonymous) and e.name.upper() in (
+        "JSON_BUILD_OBJECT", "JSONB_BUILD_OBJECT", "JSON_BUILD_ARRAY", "JSONB_BUILD_ARRAY",
+        "TO_JSON", "TO_JSONB",
+        "JSONB_AGG", "JSON_AGG", "ROW_TO_JSON",
+    ):  # fmt: skip
+        return True
+    return isinstance(e, exp.Cast) and e.to.this in (exp.DataType.Type.JSON, exp.DataType.Type.JSONB)
+
+
+def _check_connected(a: _Analysis) -> None:
+    aliases = list(a.aliases)
+    if len(aliases) <= 1:
+        return
+    adj: dict[str, set[str]] = {al: set() for al in aliases}
+    for e in a.edges:
+        adj[e.left].add(e.right)
+        adj[e.right].add(e.left)
+    seen = {aliases[0]}
+    todo = [aliases[0]]
+    while todo:
+        for n in adj[todo.pop()]:
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    if len(seen) != len(aliases):
+        lonely = [al for al in aliases if al not in seen]
+        raise UnsupportedQuery(
+            f"output {a.output!r}: table(s) {lonely} are not joined to the others by an equality "
+            "(a cross join): every output row would depend on every row of them; join them on "
+            "a column",
+            output=a.output,
+        )
+
+
+# -- translation ----------------------------------------------------------------
+
+
+def _agg_rewrite(node: exp.Expression, unordered: list[bool]) -> exp.Expression:
+    """json_agg / array_agg -> deterministic Spark expressions."""
+    if isinstance(node, exp.JSONArrayAgg | exp.ArrayAgg):
+        inner = node.this
+        order: exp.Expression | None = None
+        if isinstance(inner, exp.Order):
+            order = inner
+            inner = inner.this
+        if node.args.get("distinct") or isinstance(inner, exp.Distinct):
+            raise UnsupportedQuery("json_agg(DISTINCT ...) is not supported yet")
+        value = inner
+        if order is not None:
+            keys = order.expressions
+            descs = {bool(k.args.get("desc")) for k in keys}
+            if len(descs) > 1:
+                raise UnsupportedQuery("an aggregate ORDER BY mixing ASC and DESC is not supported")
+            k_struct = exp.Anonymous(
+                this="named_struct",
+                expressions=[x for i, k in enumerate(keys) for x in (exp.Literal.string(f"k{i}"), k.this)],
+            )
+            asc = not descs.pop()
+        else:
+            unordered.append(True)
+            k_struct = value.copy()
+            asc = True
+        pair = exp.Anonymous(
+            this="named_struct",
+            expressions=[exp.Literal.string("k"), k_struct, exp.Literal.string("v"), value],
+        )
+        collected = exp.Anonymous(this="collect_list", expressions=[pair])
+        sorted_ = exp.Anonymous(this="sort_array", expressions=[collected, exp.Boolean(this=asc)])
+        lam = exp.Lambda(
+            this=exp.Dot(this=exp.to_identifier("e"), expression=exp.to_identifier("v")),
+            expressions=[exp.to_identifier("e")],
+        )
+        arr = exp.Anonymous(this="transform", expressions=[sorted_, lam])
+        if isinstance(node, exp.JSONArrayAgg):
+            return exp.Anonymous(this="to_json", expressions=[arr])
+        return arr
+    return node
+
+
+def _translate(
+    select: exp.Select, a: _Analysis, name: str, out_cols: list[tuple[str, exp.Expression]]
+) -> tuple[str, list[str]]:
+    tree = select.copy()
+    tree.set("order", None)
+    # Tables -> views, keeping the name the SQL uses as alias.
+    for t in tree.find_all(exp.Table):
+        info = a.aliases[t.alias_or_name]
+        alias = t.alias_or_name
+        t.set("db", None)
+        t.set("catalog", None)
+        t.set("this", exp.to_identifier(view_name(info.name)))
+        t.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    # Output columns get the names PostgreSQL would give them.
+    new_exprs = []
+    unordered_cols: list[str] = []
+    for (col_name, _), e in zip(out_cols, tree.expressions, strict=True):
+        body = e.this if isinstance(e, exp.Alias) else e
+        flags: list[bool] = []
+        body = body.transform(functools.partial(_agg_rewrite, unordered=flags))
+        if flags:
+            unordered_cols.append(col_name)
+        new_exprs.append(exp.Alias(this=body, alias=exp.to_identifier(col_name, quoted=True)))
+    tree.set("expressions", new_exprs)
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name.upper() in (
+            "JSON_BUILD_OBJECT",
+            "JSONB_BUILD_OBJECT",
+        ):
+            args = node.expressions
+            if len(args) % 2:
+                raise UnsupportedQuery(f"output {name!r}: json_build_object needs key/value pairs")
+            struct = exp.Anonymous(this="named_struct", expressions=list(args))
+            inside_agg = node.find_ancestor(exp.AggFunc, exp.Anonymous)
+            if inside_agg is not None and (
+                isinstance(inside_agg, exp.AggFunc)
+                or (
+                    isinstance(inside_agg, exp.Anonymous)
+                    and inside_agg.name.lower() in ("named_struct", "collect_list")
+                )
+            ):
+                return struct
+            return exp.Anonymous(this="to_json", expressions=[struct])
+        if isinstance(node, exp.EQ):
+            for scalar, other in ((node.this, node.expression), (node.expression, node.this)):
+                arr = _any_array(other)
+                if arr is not None:
+                    return exp.Anonymous(this="array_contains", expressions=[arr.copy(), scalar.copy()])
+        return node
+
+    return tree.transform(rewrite).sql(dialect="spark"), unordered_cols

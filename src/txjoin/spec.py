@@ -1,0 +1,193 @@
+"""The pipeline spec: what users write to define sources and output tables.
+
+A TOML file::
+
+    name = "pizzeria"
+    state_dir = ".txjoin/pizzeria"      # changelog, checkpoint, replicas, Delta outputs
+
+    [sources.shop]
+    dsn_env = "SHOP_DSN"                # or: dsn = "host=... dbname=..."
+    tables = ["public.orders", "public.clients"]
+
+    [outputs.orders_enriched]
+    key = ["order_id"]
+    sql = \"\"\"
+    SELECT orders.id AS order_id, clients.name AS client_name
+    FROM orders JOIN clients ON orders.client_id = clients.id
+    \"\"\"
+
+Relative paths are relative to the spec file. Every setting is checked when
+the spec loads, with errors that name the setting and the file.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from txjoin.capture.config import CaptureConfig, validate_prefix
+from txjoin.errors import ConfigError
+from txjoin.pg.names import QualifiedName, parse_table_name
+
+__all__ = ["Options", "OutputSpec", "PipelineSpec", "SourceSpec", "load_spec"]
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One source database."""
+
+    name: str
+    #: libpq DSN (given directly or through ``dsn_env``); never logged.
+    dsn: str
+    tables: tuple[QualifiedName, ...]
+    slot: str = ""
+    publication: str = ""
+
+    def capture_config(self, changelog: Path, **overrides: Any) -> CaptureConfig:
+        return CaptureConfig(
+            dsn=self.dsn, tables=self.tables, changelog=changelog, prefix=self.name,
+            slot=self.slot, publication=self.publication, **overrides,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One output Delta table: a PostgreSQL-dialect SELECT and its key."""
+
+    name: str
+    sql: str
+    key: tuple[str, ...]
+    path: Path
+
+
+@dataclass(frozen=True)
+class Options:
+    """Tuning knobs, with defaults that suit a laptop."""
+
+    #: Spark micro-batch trigger.
+    trigger_interval: str = "250 milliseconds"
+    #: See AssemblerConfig.max_transaction_events.
+    max_transaction_events: int = 5_000_000
+    #: Seconds before an incomplete transaction is reported.
+    incomplete_timeout: float = 60.0
+    #: 'warn' or 'fail' when a transaction stays incomplete.
+    on_incomplete: str = "warn"
+    #: Follow before-images when finding affected output rows. Turning it off
+    #: is wrong; it exists so the regression suite can show it catches that.
+    propagate_before_images: bool = True
+    #: Spark local cores.
+    spark_cores: int = 2
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    path: Path | None
+    state_dir: Path
+    sources: dict[str, SourceSpec]
+    outputs: dict[str, OutputSpec]
+    options: Options = field(default_factory=Options)
+
+    @property
+    def changelog(self) -> Path:
+        return self.state_dir / "changelog"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.state_dir / "checkpoint"
+
+    @property
+    def replicas(self) -> Path:
+        return self.state_dir / "replicas.sqlite"
+
+    def source_of(self, table: QualifiedName) -> SourceSpec:
+        for s in self.sources.values():
+            if table in s.tables:
+                return s
+        raise ConfigError(f"no source of pipeline {self.name!r} captures table {table}")
+
+
+def _req(d: dict[str, Any], key: str, where: str, kind: type) -> Any:
+    if key not in d:
+        raise ConfigError(f"{where}: missing setting {key!r}")
+    v = d[key]
+    if not isinstance(v, kind):
+        raise ConfigError(f"{where}: {key!r} must be a {kind.__name__}, not {type(v).__name__}")
+    return v
+
+
+def _check_keys(d: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = set(d) - allowed
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; valid: {sorted(allowed)}")
+
+
+def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | None = None) -> PipelineSpec:
+    _check_keys(raw, {"name", "state_dir", "sources", "outputs", "options"}, origin)
+    name = str(raw.get("name") or (spec_path.stem if spec_path else "pipeline"))
+    state_dir = Path(raw.get("state_dir", f".txjoin/{name}"))
+    state_dir = state_dir if state_dir.is_absolute() else (base / state_dir)
+    sources: dict[str, SourceSpec] = {}
+    raw_sources = _req(raw, "sources", origin, dict)
+    if not raw_sources:
+        raise ConfigError(f"{origin}: no sources: add a [sources.NAME] table")
+    for sname, s in raw_sources.items():
+        where = f"{origin}: [sources.{sname}]"
+        validate_prefix(sname)
+        _check_keys(s, {"dsn", "dsn_env", "tables", "slot", "publication"}, where)
+        if "dsn" in s:
+            dsn = str(s["dsn"])
+        elif "dsn_env" in s:
+            env = str(s["dsn_env"])
+            dsn = os.environ.get(env, "")
+            if not dsn:
+                raise ConfigError(f"{where}: environment variable {env} (dsn_env) is not set")
+        else:
+            raise ConfigError(f"{where}: set dsn or dsn_env")
+        tables = tuple(parse_table_name(t) for t in _req(s, "tables", where, list))
+        if not tables:
+            raise ConfigError(f"{where}: tables is empty")
+        sources[sname] = SourceSpec(sname, dsn, tables, str(s.get("slot", "")), str(s.get("publication", "")))
+    seen: dict[QualifiedName, str] = {}
+    for s in sources.values():
+        for t in s.tables:
+            if t in seen:
+                raise ConfigError(
+                    f"{origin}: table {t} is listed by sources {seen[t]!r} and {s.name!r}; "
+                    "name each table once (one database per source)"
+                )
+            seen[t] = s.name
+    outputs: dict[str, OutputSpec] = {}
+    for oname, o in _req(raw, "outputs", origin, dict).items():
+        where = f"{origin}: [outputs.{oname}]"
+        _check_keys(o, {"sql", "key", "path"}, where)
+        if not oname.replace("_", "").isalnum():
+            raise ConfigError(f"{where}: output names use letters, digits and '_'")
+        key = tuple(str(k) for k in _req(o, "key", where, list))
+        path = Path(o.get("path", state_dir / "delta" / oname))
+        outputs[oname] = OutputSpec(
+            oname, str(_req(o, "sql", where, str)), key, path if path.is_absolute() else base / path
+        )
+    opts_raw = dict(raw.get("options", {}))
+    valid = set(Options.__dataclass_fields__)
+    _check_keys(opts_raw, valid, f"{origin}: [options]")
+    options = Options(**opts_raw)
+    if options.on_incomplete not in ("warn", "fail"):
+        raise ConfigError(
+            f"{origin}: on_incomplete={options.on_incomplete!r} is invalid: valid values are 'warn', 'fail'"
+        )
+    return PipelineSpec(name, spec_path, state_dir, sources, outputs, options)
+
+
+def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"pipeline spec {p} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"pipeline spec {p} is not valid TOML: {e}") from None
+    return build_spec(raw, p.parent.absolute(), str(p), p)

@@ -1,0 +1,1 @@
+"""Verify: output Delta versions against the same SQL on PostgreSQL."""

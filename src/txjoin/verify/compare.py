@@ -1,0 +1,124 @@
+"""Compare an output's rows with the same SQL's rows on PostgreSQL.
+
+The two sides represent equal values differently: Spark's ``to_json`` and
+PostgreSQL's ``json_agg`` print JSON differently, numeric results come as
+``Decimal`` or ``int`` or ``float``, timestamps with or without a zone. Both
+sides are normalized, then compared as multisets of rows. JSON aggregates
+without ORDER BY have no defined element order in PostgreSQL, so they compare
+as multisets of elements.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+__all__ = ["Difference", "compare_rows", "normalize"]
+
+
+def _num(v: Decimal | int | float) -> Any:
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return str(v)
+        # Doubles differ in their last bits between engines: 12 digits.
+        return ("n", f"{v:.12g}")
+    try:
+        d = Decimal(v).normalize()
+    except InvalidOperation:
+        return str(v)
+    exponent = d.as_tuple().exponent
+    if not isinstance(exponent, int):  # NaN or infinity
+        return str(d)
+    return ("n", f"{float(d):.12g}") if d.adjusted() > 12 or -exponent > 12 else ("n", str(d))
+
+
+def normalize(v: Any, *, json_text: bool = False, unordered: bool = False) -> Any:
+    """A hashable, engine-independent form of one value."""
+    if v is None:
+        return None
+    if json_text and isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return v
+        return normalize(v, unordered=unordered)
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int | float | Decimal):
+        return _num(v)
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.UTC).replace(tzinfo=None)
+        return ("ts", v.isoformat())
+    if isinstance(v, dt.date | dt.time):
+        return ("t", v.isoformat())
+    if isinstance(v, bytes | bytearray | memoryview):
+        return ("b", bytes(v).hex())
+    if isinstance(v, dict):
+        return ("o", tuple(sorted((str(k), normalize(x)) for k, x in v.items())))
+    if isinstance(v, list | tuple):
+        items = [normalize(x) for x in v]
+        if unordered:
+            items.sort(key=repr)
+        return ("a", tuple(items))
+    return v
+
+
+@dataclass
+class Difference:
+    """Rows only on one side, in a normalized, printable form."""
+
+    only_output: list[dict[str, Any]] = field(default_factory=list)
+    only_source: list[dict[str, Any]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.only_output or self.only_source)
+
+    def describe(self, limit: int = 10) -> str:
+        lines = []
+        for label, rows in (
+            ("only in the output", self.only_output),
+            ("only in PostgreSQL", self.only_source),
+        ):
+            for r in rows[:limit]:
+                lines.append(f"  {label}: {r}")
+            if len(rows) > limit:
+                lines.append(f"  ... and {len(rows) - limit} more {label}")
+        return "\n".join(lines)
+
+
+def compare_rows(
+    output: Iterable[Mapping[str, Any]],
+    source: Iterable[Mapping[str, Any]],
+    columns: Sequence[str],
+    *,
+    json_columns: Iterable[str] = (),
+    unordered_columns: Iterable[str] = (),
+) -> Difference:
+    """Multiset difference of two row sets over ``columns``."""
+    jc, uc = set(json_columns), set(unordered_columns)
+
+    def key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(normalize(row.get(c), json_text=c in jc, unordered=c in uc) for c in columns)
+
+    out_rows = list(output)
+    src_rows = list(source)
+    a = Counter(key(r) for r in out_rows)
+    b = Counter(key(r) for r in src_rows)
+    diff = Difference()
+    if a == b:
+        return diff
+    only_a, only_b = a - b, b - a
+    for rows, only, target in ((out_rows, only_a, diff.only_output), (src_rows, only_b, diff.only_source)):
+        left = Counter(only)
+        for r in rows:
+            k = key(r)
+            if left.get(k, 0) > 0:
+                left[k] -= 1
+                target.append({c: r.get(c) for c in columns})
+    return diff
