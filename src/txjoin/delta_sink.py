@@ -87,8 +87,12 @@ def _quote(col: str) -> str:
 
 def _partition_predicate(cols: Sequence[str], partitions: Sequence[Sequence[Any]]) -> str:
     if len(cols) == 1:
-        values = ", ".join(sql_literal(p[0]) for p in partitions)
-        return f"t.{_quote(cols[0])} IN ({values})"
+        col = f"t.{_quote(cols[0])}"
+        values = ", ".join(sql_literal(p[0]) for p in partitions if p[0] is not None)
+        terms = [f"{col} IN ({values})"] if values else []
+        if any(p[0] is None for p in partitions):
+            terms.append(f"{col} IS NULL")  # NULL IN (...) is never true
+        return " OR ".join(terms)
     ors = []
     for p in partitions:
         ands = " AND ".join(
@@ -138,7 +142,8 @@ class DeltaRsStore:
                 write_deltalake(str(path), rows, mode="append", commit_properties=props)
                 return 0
             dt = DeltaTable(str(path))
-            predicate = " AND ".join(f"t.{_quote(k)} IS NOT DISTINCT FROM s.{_quote(k)}" for k in key)
+            # Parenthesized: DataFusion's parser binds AND tighter than IS NOT DISTINCT FROM.
+            predicate = " AND ".join(f"(t.{_quote(k)} IS NOT DISTINCT FROM s.{_quote(k)})" for k in key)
             merger = dt.merge(
                 source=rows, predicate=predicate, source_alias="s", target_alias="t", commit_properties=props
             )

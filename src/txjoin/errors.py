@@ -72,6 +72,26 @@ def _rebuild(cls: type[TxJoinError], message: str, details: dict[str, Any]) -> T
     return cls(message, **details)
 
 
+def from_text(text: str) -> TxJoinError | None:
+    """Rebuild the txjoin error a Python traceback's text ends with, if any.
+
+    Spark returns errors raised in its Python workers as text (the worker's
+    traceback inside a Java exception); the user should see our message, not
+    the Java stack trace.
+    """
+    found: TxJoinError | None = None
+    for line in text.splitlines():
+        head, sep, message = line.strip().partition(": ")
+        if not sep:
+            continue
+        name = head.rsplit(".", 1)[-1]
+        cls = globals().get(name)
+        is_ours = head == name or head.startswith("txjoin.")
+        if is_ours and isinstance(cls, type) and issubclass(cls, TxJoinError) and message:
+            found = cls(message.strip())
+    return found
+
+
 class ConfigError(TxJoinError, ValueError):
     """A pipeline spec, option, slot or publication name is invalid."""
 

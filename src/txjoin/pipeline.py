@@ -29,11 +29,13 @@ from typing import Any
 
 import pandas as pd
 
+from txjoin import errors
 from txjoin.assemble.buffer import AssemblerConfig
 from txjoin.assemble.spark import assemble_stream
 from txjoin.decode import ChangelogInput, read_events
 from txjoin.delta_sink import DeltaRsStore, DeltaStore
 from txjoin.errors import ChangelogError, SchemaChangeError, TxJoinError
+from txjoin.faults import crash_point
 from txjoin.join.engine import SparkEngine, TableSchema, load_schemas
 from txjoin.join.plan import OutputPlan, plan_output
 from txjoin.join.propagate import affected_partitions, closure, touched_keys
@@ -119,13 +121,20 @@ class Pipeline:
         self.pks = {t: sch.primary_key for t, sch in schemas.items()}
         self.sources_of = {name: {schemas[t].source for t in p.tables} for name, p in self.plans.items()}
         self.query: Any = None
+        #: The error the last micro-batch raised, if any.
+        self.failure: BaseException | None = None
         self.history: list[BatchStats] = []
         #: Per source, the cut every output reflects once its batch is published.
         self.progress: dict[str, dict[str, Any]] = {}
 
     # -- streaming ----------------------------------------------------------
-    def start(self, checkpoint: Path | None = None) -> Any:
-        """Start the streaming query (capture must be writing the changelog)."""
+    def start(self, checkpoint: Path | None = None, *, available_now: bool = False) -> Any:
+        """Start the streaming query (capture must be writing the changelog).
+
+        ``available_now``: process what the changelog holds now, in as many
+        micro-batches as Spark plans, then stop (see :meth:`run_available`).
+        """
+        self.failure = None
         cfg = AssemblerConfig(
             max_transaction_events=self.spec.options.max_transaction_events,
             incomplete_timeout=self.spec.options.incomplete_timeout,
@@ -135,27 +144,53 @@ class Pipeline:
             self.spark, ChangelogInput("files", self.spec.changelog), sorted(self.spec.sources)
         )
         released = assemble_stream(events, cfg)
-        self.query = (
-            released.writeStream.foreachBatch(self.process_batch)
-            .option("checkpointLocation", str(checkpoint or self.spec.checkpoint))
-            .trigger(processingTime=self.spec.options.trigger_interval)
-            .queryName(f"txjoin_{self.spec.name}")
-            .start()
+        writer = released.writeStream.foreachBatch(self.process_batch).option(
+            "checkpointLocation", str(checkpoint or self.spec.checkpoint)
         )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=self.spec.options.trigger_interval)
+        self.query = writer.queryName(f"txjoin_{self.spec.name}").start()
         return self.query
+
+    def run_available(self, checkpoint: Path | None = None) -> None:
+        """Process everything the changelog holds now, then stop; raise the query's error."""
+        query = self.start(checkpoint, available_now=True)
+        try:
+            query.awaitTermination()
+        except Exception as e:
+            raise _unwrap(e, self.failure) from None
+        finally:
+            self.query = None
+        if query.exception() is not None:
+            raise _unwrap(query.exception(), self.failure)
 
     def stop(self) -> None:
         if self.query is not None:
             self.query.stop()
             self.query = None
 
+    def close(self) -> None:
+        """Stop the query and close the replica store."""
+        self.stop()
+        self.store.close()
+
     def check(self) -> None:
         """Raise the query's error, if it stopped with one."""
         if self.query is not None and self.query.exception() is not None:
-            raise _unwrap(self.query.exception())
+            raise _unwrap(self.query.exception(), self.failure)
 
     # -- one micro-batch ------------------------------------------------------
     def process_batch(self, df: Any, batch_id: int) -> None:
+        """``foreachBatch``'s function: apply, recompute and publish one micro-batch."""
+        try:
+            self._process_batch(df, batch_id)
+        except BaseException as e:
+            self.failure = e  # Spark passes it on as text; keep the object for the caller
+            raise
+
+    def _process_batch(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
         rows = df.toPandas() if not isinstance(df, pd.DataFrame) else df
         stats = BatchStats(batch_id)
@@ -197,6 +232,7 @@ class Pipeline:
                     raise ChangelogError(f"source {source!s}: released commit LSN went backwards")
             affected = self._apply(changes, cuts)
             store.commit(batch_id, affected, cuts)
+            crash_point("after-replica-commit")
         for source, cut in cuts.items():
             stats.last_commit_ts_ms[source] = int(cut.get("commit_ts_ms", 0))
         self._publish(batch_id, affected, cuts, stats)
@@ -315,6 +351,7 @@ class Pipeline:
                 app_id=app_id,
             )
             stats.commits[name] = version
+            crash_point("after-output-commit")
             stats.partitions[name] = -1 if parts is None else len(parts)
 
 
@@ -335,9 +372,20 @@ def _check_unique(plan: OutputPlan, result: Any) -> None:
         seen.add(t)
 
 
-def _unwrap(e: Any) -> BaseException:
-    """The txjoin error behind a StreamingQueryException, if there is one."""
-    text = str(e)
+def _unwrap(e: Any, failure: BaseException | None = None) -> BaseException:
+    """The txjoin error behind a StreamingQueryException, if there is one.
+
+    ``failure`` is what :meth:`Pipeline.process_batch` raised on the driver;
+    errors raised in Spark's Python workers (assembly) come back as text, so
+    the last ``txjoin.errors.X: message`` line there is rebuilt as ``X``.
+    """
     if isinstance(e, TxJoinError):
         return e
-    return RuntimeError(text)
+    if failure is not None:
+        return failure
+    return errors.from_text(str(e)) or RuntimeError(_first_line(str(e)))
+
+
+def _first_line(text: str) -> str:
+    text = text.strip()
+    return text.splitlines()[0] if text else "the streaming query failed"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 THOROUGH = PROFILE == "thorough" or os.environ.get("TXJOIN_THOROUGH") == "1"
@@ -28,6 +28,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile("dev", max_examples=20, deadline=None, print_blob=True)
+# For slow tests while developing: report the first failure without shrinking it.
+settings.register_profile(
+    "noshrink",
+    deadline=None,
+    print_blob=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.load_profile(PROFILE)
 
 
