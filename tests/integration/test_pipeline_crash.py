@@ -132,7 +132,8 @@ def test_crash_between_replica_update_and_output_commits(spark: Any, pg_db: str,
         wait_for_xids(spec.changelog, "bank", set(_transactions(pg_db, oracle, 5, seed=1)), ct)
         _restart(spec, spark)
         first = _batches(paths["balances"])
-        assert first == _batches(paths["total"]) and len(first) == 1
+        assert first == _batches(paths["total"])
+        assert len(first) == 1
 
         # A batch dies after its replica commit: no output has it yet.
         wait_for_xids(spec.changelog, "bank", set(_transactions(pg_db, oracle, 6, seed=2)), ct)
@@ -143,7 +144,7 @@ def test_crash_between_replica_update_and_output_commits(spark: Any, pg_db: str,
         assert {n: _batches(p) for n, p in paths.items()} == {"balances": first, "total": first}
         _restart(spec, spark)  # replays the killed batch from the replica store
         # (Batch ids are not consecutive: capture's heartbeat files make batches that release nothing.)
-        after_first = first + [killed]
+        after_first = [*first, killed]
         assert {n: _batches(p) for n, p in paths.items()} == {"balances": after_first, "total": after_first}
 
         # A batch dies after 'balances' committed it, before 'total' did.
