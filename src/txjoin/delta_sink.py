@@ -63,6 +63,10 @@ class DeltaStore(Protocol):
         """Commit ``rows`` as the new content of ``partitions``; return the version."""
         ...
 
+    def advance(self, path: Path, *, cut: dict[str, Any], batch: int, app_id: str) -> int:
+        """Commit no row change, only a newer ``cut``; return the version."""
+        ...
+
     def history(self, path: Path) -> list[Commit]: ...
 
     def read(self, path: Path, version: int | None = None) -> pa.Table: ...
@@ -138,9 +142,16 @@ class DeltaRsStore:
             app_transactions=[Transaction(app_id=app_id, version=batch)],
         )
         try:
-            if not self.exists(path):
-                write_deltalake(str(path), rows, mode="append", commit_properties=props)
-                return 0
+            if partitions is None:
+                # Every partition: one overwrite (also creates the table, or
+                # replaces it when the output's SQL changed its columns).
+                if self.exists(path):
+                    write_deltalake(
+                        str(path), rows, mode="overwrite", schema_mode="overwrite", commit_properties=props
+                    )
+                else:
+                    write_deltalake(str(path), rows, mode="append", commit_properties=props)
+                return int(DeltaTable(str(path)).version())
             dt = DeltaTable(str(path))
             # Parenthesized: DataFusion's parser binds AND tighter than IS NOT DISTINCT FROM.
             predicate = " AND ".join(f"(t.{_quote(k)} IS NOT DISTINCT FROM s.{_quote(k)})" for k in key)
@@ -148,9 +159,7 @@ class DeltaRsStore:
                 source=rows, predicate=predicate, source_alias="s", target_alias="t", commit_properties=props
             )
             merger = merger.when_matched_update_all().when_not_matched_insert_all()
-            if partitions is None:
-                merger = merger.when_not_matched_by_source_delete()
-            elif partitions:
+            if partitions:
                 merger = merger.when_not_matched_by_source_delete(
                     predicate=_partition_predicate(partition_cols, partitions)
                 )
@@ -160,6 +169,25 @@ class DeltaRsStore:
             raise SinkError(
                 f"could not commit batch {batch} to Delta table {path}: {e}. Nothing was committed for this "
                 "batch; the query stops and the batch is retried on restart",
+                path=str(path),
+                batch=batch,
+            ) from e
+
+    def advance(self, path: Path, *, cut: dict[str, Any], batch: int, app_id: str) -> int:
+        from deltalake import CommitProperties, DeltaTable, Transaction
+
+        props = CommitProperties(
+            custom_metadata={CUT_KEY: json.dumps(cut, sort_keys=True), BATCH_KEY: str(batch)},
+            app_transactions=[Transaction(app_id=app_id, version=batch)],
+        )
+        try:
+            dt = DeltaTable(str(path))
+            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
+            return int(DeltaTable(str(path)).version())
+        except Exception as e:  # delta-rs raises its own exception types
+            raise SinkError(
+                f"could not commit batch {batch}'s cut to Delta table {path}: {e}. Nothing was committed; "
+                "the query stops and the batch is retried on restart",
                 path=str(path),
                 batch=batch,
             ) from e

@@ -19,6 +19,7 @@ skipped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -39,7 +40,7 @@ from txjoin.faults import crash_point
 from txjoin.join.engine import SparkEngine, TableSchema, load_schemas
 from txjoin.join.plan import OutputPlan, plan_output
 from txjoin.join.propagate import affected_partitions, closure, touched_keys
-from txjoin.join.replica import Change, ReplicaStore, TableSpec
+from txjoin.join.replica import Change, ReplicaStore, TableSpec, encode
 from txjoin.pg.names import QualifiedName, parse_table_name
 from txjoin.spec import PipelineSpec
 
@@ -126,6 +127,34 @@ class Pipeline:
         self.history: list[BatchStats] = []
         #: Per source, the cut every output reflects once its batch is published.
         self.progress: dict[str, dict[str, Any]] = {}
+        #: Per output: the cut of its last Delta version and when it was written.
+        self._published: dict[str, tuple[dict[str, Any], float]] = {}
+        self._check_outputs()
+
+    def _check_outputs(self) -> None:
+        """Before any batch: every output's SQL runs on Spark, and its Delta
+        table belongs with this replica store."""
+        for name, plan in self.plans.items():
+            self.engine.empty_result(plan)  # fails now, not after a replica commit
+            out = self.spec.outputs[name]
+            done = self.delta.committed_batch(out.path, self._app_id(name))
+            if done is not None and done > self.store.last_batch:
+                raise ChangelogError(
+                    f"output {name!r} at {out.path} already holds micro-batch {done}, but the replica store "
+                    f"{self.store.path} is at batch {self.store.last_batch}: the table belongs to an "
+                    "earlier run of this pipeline. Delete the table (it is rebuilt from the changelog) or "
+                    "restore the "
+                    "state directory it was built with",
+                    output=name,
+                    path=str(out.path),
+                )
+
+    def _app_id(self, output: str) -> str:
+        return f"txjoin:{self.spec.name}:{output}"
+
+    def _fingerprint(self, output: str) -> str:
+        o = self.spec.outputs[output]
+        return hashlib.sha256(json.dumps([o.sql, list(o.key)]).encode()).hexdigest()[:16]
 
     # -- streaming ----------------------------------------------------------
     def start(self, checkpoint: Path | None = None, *, available_now: bool = False) -> Any:
@@ -211,7 +240,7 @@ class Pipeline:
             cuts: dict[str, Any] = store.meta("cuts", {})
             stats.replayed = True
         else:
-            if store.last_batch != -1 and store.last_batch != batch_id - 1:
+            if store.last_batch != batch_id - 1:
                 raise ChangelogError(
                     f"micro-batch {batch_id} follows batch {store.last_batch} in the replica store "
                     f"{store.path}: "
@@ -300,14 +329,24 @@ class Pipeline:
                     old[name] = set()
             store.apply(changes)
             affected: dict[str, list[list[Any]] | None] = {}
-            initialized = set(store.meta("initialized", []))
+            initialized = store.meta("initialized", {})
+            if isinstance(initialized, list):  # written by an earlier version
+                initialized = {n: self._fingerprint(n) for n in initialized if n in self.plans}
             for name, plan in self.plans.items():
                 ready = all(src in cuts for src in self.sources_of[name])
                 if not ready:
                     continue  # wait until every source of the output has released its snapshot
-                if name not in initialized:
-                    affected[name] = None  # first commit: every partition
-                    initialized.add(name)
+                path = self.spec.outputs[name].path
+                if initialized.get(name) != self._fingerprint(name) or not self.delta.exists(path):
+                    if name in initialized:
+                        log.warning(
+                            "output %s: its SQL or key changed, or its table %s is missing: rebuilding it "
+                            "in full at this batch's cut",
+                            name,
+                            path,
+                        )
+                    affected[name] = None  # every partition, in one overwrite
+                    initialized[name] = self._fingerprint(name)
                     continue
                 new = affected_partitions(plan, store, touched, old_state=False)
                 o = old[name]
@@ -315,7 +354,7 @@ class Pipeline:
                     affected[name] = None
                 elif o or new:
                     affected[name] = [json.loads(p) for p in sorted(o | new)]
-            store._set_meta("initialized", sorted(initialized))
+            store._set_meta("initialized", initialized)
         except BaseException:
             store.rollback()
             raise
@@ -328,16 +367,19 @@ class Pipeline:
         cuts: dict[str, Any],
         stats: BatchStats,
     ) -> None:
+        now = time.monotonic()
         for name, parts in affected.items():
             plan = self.plans[name]
             out = self.spec.outputs[name]
-            app_id = f"txjoin:{self.spec.name}:{name}"
+            app_id = self._app_id(name)
             done = self.delta.committed_batch(out.path, app_id)
             if done is not None and done >= batch_id:
                 continue  # this batch's commit is already there (a replay)
-            keys = None if parts is None else {json.dumps(p) for p in parts}
+            keys = None if parts is None else {encode(p) for p in parts}
             rows = closure(plan, self.store, keys)
             result = self.engine.run(plan, rows)
+            if keys is not None:
+                result = _only_partitions(plan, result, keys)
             _check_unique(plan, result)
             cut = {s: c for s, c in cuts.items() if s in self.sources_of[name]}
             version = self.delta.replace_partitions(
@@ -351,8 +393,68 @@ class Pipeline:
                 app_id=app_id,
             )
             stats.commits[name] = version
+            self._published[name] = (cut, now)
             crash_point("after-output-commit")
             stats.partitions[name] = -1 if parts is None else len(parts)
+        self._advance_idle(batch_id, affected, cuts, stats, now)
+
+    def _advance_idle(
+        self,
+        batch_id: int,
+        affected: dict[str, list[list[Any]] | None],
+        cuts: dict[str, Any],
+        stats: BatchStats,
+        now: float,
+    ) -> None:
+        """Outputs the batch did not change still move to the new cut, at most
+        every ``idle_commit_interval`` seconds, with a commit that changes no
+        rows: readers see how fresh they are, and a quiet source converges."""
+        interval = self.spec.options.idle_commit_interval
+        for name in self.plans:
+            if name in affected or not all(src in cuts for src in self.sources_of[name]):
+                continue
+            out = self.spec.outputs[name]
+            cut = {s: c for s, c in cuts.items() if s in self.sources_of[name]}
+            if name not in self._published:
+                if not self.delta.exists(out.path):
+                    continue
+                history = self.delta.history(out.path)
+                self._published[name] = (history[-1].cut if history else {}, 0.0)
+            last_cut, at = self._published[name]
+            if _same_cut(last_cut, cut) or now - at < interval:
+                continue
+            app_id = self._app_id(name)
+            done = self.delta.committed_batch(out.path, app_id)
+            if done is not None and done >= batch_id:
+                continue
+            stats.commits[name] = self.delta.advance(out.path, cut=cut, batch=batch_id, app_id=app_id)
+            stats.partitions[name] = 0
+            self._published[name] = (cut, now)
+
+
+def _same_cut(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return {s: int(c["lsn"]) for s, c in a.items()} == {s: int(c["lsn"]) for s, c in b.items()}
+
+
+def _only_partitions(plan: OutputPlan, result: Any, keys: set[str]) -> Any:
+    """Drop result rows outside the recomputed partitions.
+
+    The SQL over a partition's rows can only produce that partition's rows;
+    this guard keeps an over-fetch from overwriting rows of partitions that
+    were not recomputed with partial data.
+    """
+    import pyarrow as pa
+
+    if plan.mode != "root" and not plan.anchor:
+        return result
+    # Partition keys are Debezium-encoded; they compare with the result's
+    # values as they are only for integers and strings (other types: no guard).
+    types = [result.schema.field(c).type for c in plan.partition_cols]
+    if not all(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) for t in types):
+        return result
+    cols = result.select(list(plan.partition_cols)).to_pylist()
+    mask = pa.array([encode([r[c] for c in plan.partition_cols]) in keys for r in cols], type=pa.bool_())
+    return result.filter(mask)
 
 
 def _check_unique(plan: OutputPlan, result: Any) -> None:

@@ -78,6 +78,9 @@ class Options:
     #: Follow before-images when finding affected output rows. Turning it off
     #: is wrong; it exists so the regression suite can show it catches that.
     propagate_before_images: bool = True
+    #: Seconds between commits that only move an unchanged output to a newer
+    #: cut (so readers see its freshness and a quiet source converges).
+    idle_commit_interval: float = 2.0
     #: Spark local cores.
     spark_cores: int = 2
 

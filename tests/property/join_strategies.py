@@ -102,7 +102,7 @@ class Schema:
         where = f" WHERE {self.where}" if self.where else ""
         return f"FROM t0{joins}{where}"
 
-    def sql(self) -> str:
+    def sql(self, *, with_json: bool = True) -> str:
         others = range(1, self.n)
         j = self.json_of
         order = f" ORDER BY t{j}.id" if self.ordered_agg else ""
@@ -113,10 +113,10 @@ class Schema:
             return f"SELECT {', '.join(cols)} {self.from_clause()}"
         aggs = [f"count(t{i}.id) AS n{i}" for i in others] + [f"sum(t{i}.v) AS s{i}" for i in others]
         if self.kind == "by_anchor":
-            cols = ["t0.id AS k0", "t0.v AS v0", *aggs, json_col]
+            cols = ["t0.id AS k0", "t0.v AS v0", *aggs, *([json_col] if with_json else [])]
             return f"SELECT {', '.join(cols)} {self.from_clause()} GROUP BY t0.id, t0.v"
         if self.kind == "by_group":
-            cols = ["t0.g AS g0", "count(*) AS n", *aggs, json_col]
+            cols = ["t0.g AS g0", "count(*) AS n", *aggs, *([json_col] if with_json else [])]
             return f"SELECT {', '.join(cols)} {self.from_clause()} GROUP BY t0.g"
         return f"SELECT 1 AS one, count(*) AS n, {', '.join(aggs)} {self.from_clause()}"
 

@@ -1,9 +1,9 @@
 """Recompute output partitions with the pipeline's SQL on Spark.
 
-The rows a recompute needs (:func:`txjoin.join.propagate.closure`) become
-typed Arrow tables, registered as Spark views named by
-:func:`txjoin.join.plan.view_name`; the translated SQL runs over them and
-the result comes back as Arrow for the Delta commit.
+The rows a recompute needs (:func:`txjoin.join.propagate.closure`, per
+alias of the SQL) become typed Arrow tables, registered as one Spark view
+per alias (:meth:`txjoin.join.plan.OutputPlan.view`); the translated SQL
+runs over them and the result comes back as Arrow for the Delta commit.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from txjoin.capture.values import ColumnType, arrow_type, from_debezium
 from txjoin.errors import SchemaChangeError, SourceError, UnsupportedQuery
-from txjoin.join.plan import OutputPlan, TableInfo, view_name
+from txjoin.join.plan import OutputPlan, TableInfo
 from txjoin.pg import admin
 from txjoin.pg.names import QualifiedName
 
@@ -122,18 +122,13 @@ class SparkEngine:
         self.spark = spark
         self.schemas = dict(schemas)
 
-    def run(self, plan: OutputPlan, rows: Mapping[QualifiedName, Sequence[Row]]) -> pa.Table:
-        for table in plan.tables:
-            used = {
-                c
-                for alias, cols in plan.used_columns.items()
-                if plan.aliases[alias].name == table
-                for c in cols
-            }
-            arrow = to_arrow(
-                rows.get(table, []), self.schemas[table], used | set(self.schemas[table].primary_key)
-            )
-            self.spark.createDataFrame(arrow).createOrReplaceTempView(view_name(table))
+    def run(self, plan: OutputPlan, rows: Mapping[str, Sequence[Row]]) -> pa.Table:
+        """The SQL's result over ``rows`` (per alias of the SQL)."""
+        for alias, info in plan.aliases.items():
+            schema = self.schemas[info.name]
+            used = set(plan.used_columns.get(alias, ())) | set(schema.primary_key)
+            arrow = to_arrow(rows.get(alias, []), schema, used)
+            self.spark.createDataFrame(arrow).createOrReplaceTempView(plan.view(alias))
         try:
             result: pa.Table = self.spark.sql(plan.spark_sql).toArrow()
         except Exception as e:  # Spark's analysis errors: name the output

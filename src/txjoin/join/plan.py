@@ -36,7 +36,7 @@ from sqlglot.errors import ParseError
 from txjoin.errors import UnsupportedQuery
 from txjoin.pg.names import QualifiedName
 
-__all__ = ["Edge", "OutputPlan", "TableInfo", "plan_output", "view_name"]
+__all__ = ["Edge", "OutputPlan", "TableInfo", "plan_output"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Edge:
 class OutputPlan:
     name: str
     sql: str  # as the user wrote it (PostgreSQL)
-    spark_sql: str  # runs over views named by view_name()
+    spark_sql: str  # runs over one view per alias, named by view()
     key: tuple[str, ...]  # output key columns
     columns: tuple[str, ...]  # output columns, in order
     aliases: Mapping[str, TableInfo]  # alias -> table
@@ -84,6 +84,14 @@ class OutputPlan:
     used_columns: Mapping[str, frozenset[str]]  # alias -> source columns the SQL reads
     unordered_columns: frozenset[str] = field(default_factory=frozenset)  # JSON/array aggs without ORDER BY
     json_columns: frozenset[str] = field(default_factory=frozenset)  # JSON text in the output
+
+    def view(self, alias: str) -> str:
+        """The Spark view holding ``alias``'s rows during a recompute.
+
+        One view per alias, not per table: in a self-join each alias sees
+        only the rows fetched for it.
+        """
+        return f"txj__{self.name}__{list(self.aliases).index(alias)}"
 
     @property
     def tables(self) -> set[QualifiedName]:
@@ -108,12 +116,12 @@ class OutputPlan:
         return out
 
 
-def view_name(table: QualifiedName) -> str:
-    """The Spark view holding ``table``'s rows during a recompute."""
-    return f"txj__{table.schema}__{table.table}"
-
-
 _NONDETERMINISTIC = {
+    "AGE",  # age(x) is relative to now (two-argument age is refused too, for simplicity)
+    "PG_BACKEND_PID",
+    "UUID_GENERATE_V4",
+    "SETSEED",
+    "INET_CLIENT_ADDR",
     "NOW",
     "RANDOM",
     "RAND",
@@ -126,12 +134,17 @@ _NONDETERMINISTIC = {
     "NEXTVAL",
     "TXID_CURRENT",
 }
-_NONDETERMINISTIC_NODES: tuple[type[exp.Expression], ...] = (
-    exp.CurrentTimestamp,
-    exp.CurrentDate,
-    exp.CurrentTime,
-    exp.Rand,
-)
+_NONDETERMINISTIC_NODES: tuple[type[exp.Expression], ...] = tuple(
+    getattr(exp, n)
+    for n in (
+        "CurrentTimestamp", "CurrentDate", "CurrentTime", "CurrentDatetime", "Localtimestamp", "Localtime",
+        "Rand", "CurrentUser", "SessionUser", "CurrentRole", "CurrentSchema", "CurrentDatabase",
+        "CurrentCatalog",
+    )
+    if hasattr(exp, n)
+)  # fmt: skip
+#: Date/time literals PostgreSQL resolves when the statement runs.
+_TIME_WORDS = {"now", "today", "tomorrow", "yesterday"}
 
 
 def _refuse(output: str, what: str, fix: str, node: exp.Expression | None = None) -> UnsupportedQuery:
@@ -222,11 +235,24 @@ def _any_array(node: exp.Expression) -> exp.Column | None:
     return None
 
 
-def _classify(cond: exp.Expression, a: _Analysis, inner: bool) -> None:
-    """Record ``cond`` as a join edge, or accept it as a one-table filter."""
+def _classify(cond: exp.Expression, a: _Analysis, joined: str | None) -> None:
+    """Record ``cond`` as a join edge, or accept it as a one-table filter.
+
+    ``joined``: the alias a LEFT JOIN's ON clause belongs to. There, a
+    condition between two other tables only decides whether ``joined``
+    matches; it does not relate their rows, so it cannot be an edge.
+    """
     touched = _aliases_in(cond, a)
     if len(touched) <= 1:
         return
+    if joined is not None and joined not in touched:
+        raise _refuse(
+            a.output,
+            f"a condition in the ON clause of LEFT JOIN {joined} that does not involve {joined}",
+            "it decides only whether the outer-joined table matches, which txjoin cannot follow; "
+            "move it to WHERE if it should filter rows, or join the tables it names on their own",
+            cond,
+        )
     if isinstance(cond, exp.EQ):
         left, right = cond.this, cond.expression
         if isinstance(left, exp.Column) and isinstance(right, exp.Column):
@@ -284,10 +310,18 @@ def _check_supported(select: exp.Select, output: str) -> None:
     for node in select.find_all(*_NONDETERMINISTIC_NODES):
         raise _refuse(
             output,
-            "a time or random function",
-            "its result depends on when it runs, not on the data",
+            "a time, random or session function",
+            "its result depends on when and where it runs, not on the data",
             node,
         )
+    for lit in select.find_all(exp.Literal):
+        if lit.is_string and lit.this.strip().lower() in _TIME_WORDS:
+            raise _refuse(
+                output,
+                f"the time literal '{lit.this}'",
+                "its value depends on when the statement runs, not on the data",
+                lit,
+            )
 
 
 def _from_clause(
@@ -395,9 +429,10 @@ def plan_output(
     joins = _from_clause(select, tables, a)
     for j, alias in joins:
         for cond in _conjuncts(j.args.get("on")):
-            _classify(cond, a, inner=alias not in a.left_joined)
-    for cond in _conjuncts(select.args.get("where")):
-        _classify(cond, a, inner=True)
+            _classify(cond, a, joined=alias if alias in a.left_joined else None)
+    where = select.args.get("where")
+    for cond in _conjuncts(where.this if where is not None else None):
+        _classify(cond, a, joined=None)
     _check_connected(a)
     out_cols = _output_columns(select, name)
     for _, expr in out_cols:
@@ -552,46 +587,93 @@ def _check_connected(a: _Analysis) -> None:
 # -- translation ----------------------------------------------------------------
 
 
-def _agg_rewrite(node: exp.Expression, unordered: list[bool]) -> exp.Expression:
-    """json_agg / array_agg -> deterministic Spark expressions."""
-    if isinstance(node, exp.JSONArrayAgg | exp.ArrayAgg):
-        inner = node.this
-        order: exp.Expression | None = None
-        if isinstance(inner, exp.Order):
-            order = inner
-            inner = inner.this
-        if node.args.get("distinct") or isinstance(inner, exp.Distinct):
-            raise UnsupportedQuery("json_agg(DISTINCT ...) is not supported yet")
-        value = inner
-        if order is not None:
-            keys = order.expressions
-            descs = {bool(k.args.get("desc")) for k in keys}
-            if len(descs) > 1:
-                raise UnsupportedQuery("an aggregate ORDER BY mixing ASC and DESC is not supported")
-            k_struct = exp.Anonymous(
-                this="named_struct",
-                expressions=[x for i, k in enumerate(keys) for x in (exp.Literal.string(f"k{i}"), k.this)],
+def _lambda_v() -> exp.Lambda:
+    return exp.Lambda(
+        this=exp.Dot(this=exp.to_identifier("e"), expression=exp.to_identifier("v")),
+        expressions=[exp.to_identifier("e")],
+    )
+
+
+def _agg_rewrite(node: exp.Expression, unordered: list[bool], output: str) -> exp.Expression:
+    """json_agg / array_agg / string_agg -> deterministic Spark expressions.
+
+    Elements are collected as (sort key, value) pairs and sorted: by the
+    aggregate's ORDER BY, with PostgreSQL's NULL placement (ASC NULLS LAST,
+    DESC NULLS FIRST unless written otherwise), or by the value itself when
+    there is no ORDER BY (the output then compares as a multiset). Over no
+    rows the result is NULL, as in PostgreSQL.
+    """
+    if not isinstance(node, exp.JSONArrayAgg | exp.ArrayAgg | exp.GroupConcat):
+        return node
+    fname = {exp.JSONArrayAgg: "json_agg", exp.ArrayAgg: "array_agg", exp.GroupConcat: "string_agg"}[
+        type(node)
+    ]
+    inner = node.this
+    order: exp.Order | None = None
+    if isinstance(inner, exp.Order):
+        order = inner
+        inner = inner.this
+    if node.args.get("distinct") or isinstance(inner, exp.Distinct):
+        raise _refuse(output, f"{fname}(DISTINCT ...)", "aggregate distinct values with GROUP BY first", node)
+    value = inner
+    if order is not None:
+        keys = list(order.expressions)
+        descs = {bool(k.args.get("desc")) for k in keys}
+        if len(descs) > 1:
+            raise _refuse(
+                output, f"a {fname} ORDER BY mixing ASC and DESC", "order by keys in one direction", node
             )
-            asc = not descs.pop()
-        else:
-            unordered.append(True)
-            k_struct = value.copy()
-            asc = True
-        pair = exp.Anonymous(
-            this="named_struct",
-            expressions=[exp.Literal.string("k"), k_struct, exp.Literal.string("v"), value],
-        )
-        collected = exp.Anonymous(this="collect_list", expressions=[pair])
-        sorted_ = exp.Anonymous(this="sort_array", expressions=[collected, exp.Boolean(this=asc)])
-        lam = exp.Lambda(
-            this=exp.Dot(this=exp.to_identifier("e"), expression=exp.to_identifier("v")),
+        asc = not descs.pop()
+        fields: list[exp.Expression] = []
+        for i, k in enumerate(keys):
+            nulls_first = bool(k.args.get("nulls_first"))
+            # sort_array puts false before true ascending, true first descending.
+            flag_is_null = (asc and not nulls_first) or (not asc and nulls_first)
+            flag: exp.Expression = exp.Is(this=k.this.copy(), expression=exp.Null())
+            if not flag_is_null:
+                flag = exp.Not(this=flag)
+            fields += [exp.Literal.string(f"n{i}"), flag, exp.Literal.string(f"k{i}"), k.this.copy()]
+        k_struct: exp.Expression = exp.Anonymous(this="named_struct", expressions=fields)
+    else:
+        if isinstance(node, exp.GroupConcat):
+            raise _refuse(
+                output,
+                "string_agg without ORDER BY",
+                "its order is undefined in PostgreSQL, so no copy can match it: add ORDER BY inside the call",
+                node,
+            )
+        unordered.append(True)
+        k_struct = value.copy()
+        asc = True
+    pair = exp.Anonymous(
+        this="named_struct",
+        expressions=[exp.Literal.string("k"), k_struct, exp.Literal.string("v"), value.copy()],
+    )
+    collected = exp.Anonymous(this="collect_list", expressions=[pair])
+    sorted_ = exp.Anonymous(this="sort_array", expressions=[collected, exp.Boolean(this=asc)])
+    arr: exp.Expression = exp.Anonymous(this="transform", expressions=[sorted_, _lambda_v()])
+    count: exp.Expression = exp.Anonymous(this="size", expressions=[collected.copy()])
+    if isinstance(node, exp.JSONArrayAgg):
+        result: exp.Expression = exp.Anonymous(this="to_json", expressions=[arr])
+    elif isinstance(node, exp.GroupConcat):
+        sep = node.args.get("separator") or exp.Literal.string(",")
+        result = exp.Anonymous(this="array_join", expressions=[arr, sep.copy()])
+        # string_agg skips NULL values: all-NULL input gives NULL too.
+        not_null = exp.Lambda(
+            this=exp.Not(
+                this=exp.Is(
+                    this=exp.Dot(this=exp.to_identifier("e"), expression=exp.to_identifier("v")),
+                    expression=exp.Null(),
+                )
+            ),
             expressions=[exp.to_identifier("e")],
         )
-        arr = exp.Anonymous(this="transform", expressions=[sorted_, lam])
-        if isinstance(node, exp.JSONArrayAgg):
-            return exp.Anonymous(this="to_json", expressions=[arr])
-        return arr
-    return node
+        count = exp.Anonymous(
+            this="size", expressions=[exp.Anonymous(this="filter", expressions=[collected.copy(), not_null])]
+        )
+    else:
+        result = arr
+    return exp.If(this=exp.EQ(this=count, expression=exp.Literal.number(0)), true=exp.Null(), false=result)
 
 
 def _translate(
@@ -600,12 +682,12 @@ def _translate(
     tree = select.copy()
     tree.set("order", None)
     # Tables -> views, keeping the name the SQL uses as alias.
+    order = list(a.aliases)
     for t in tree.find_all(exp.Table):
-        info = a.aliases[t.alias_or_name]
         alias = t.alias_or_name
         t.set("db", None)
         t.set("catalog", None)
-        t.set("this", exp.to_identifier(view_name(info.name)))
+        t.set("this", exp.to_identifier(f"txj__{name}__{order.index(alias)}"))
         t.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
     # Output columns get the names PostgreSQL would give them.
     new_exprs = []
@@ -613,7 +695,7 @@ def _translate(
     for (col_name, _), e in zip(out_cols, tree.expressions, strict=True):
         body = e.this if isinstance(e, exp.Alias) else e
         flags: list[bool] = []
-        body = body.transform(functools.partial(_agg_rewrite, unordered=flags))
+        body = body.transform(functools.partial(_agg_rewrite, unordered=flags, output=name))
         if flags:
             unordered_cols.append(col_name)
         new_exprs.append(exp.Alias(this=body, alias=exp.to_identifier(col_name, quoted=True)))
@@ -645,4 +727,11 @@ def _translate(
                     return exp.Anonymous(this="array_contains", expressions=[arr.copy(), scalar.copy()])
         return node
 
-    return tree.transform(rewrite).sql(dialect="spark"), unordered_cols
+    # transform() does not descend into what it replaced: repeat for nested calls.
+    out: exp.Expression = tree
+    for _ in range(32):
+        before = out.sql(dialect="spark")
+        out = out.transform(rewrite)
+        if out.sql(dialect="spark") == before:
+            break
+    return out.sql(dialect="spark"), unordered_cols

@@ -14,6 +14,7 @@ can only make it an over-approximation, which the recompute corrects.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -123,7 +124,10 @@ def affected_partitions(
         if t in touched.truncated:
             if old_state and alias == plan.anchor:
                 return None
+            # Before: every row the truncate removed. After: rows inserted
+            # after the truncate in the same batch.
             rows = store.all_rows(t) if old_state else []
+            rows += store.by_keys(t, touched.keys.get(t, set()))
         elif t in touched.keys:
             rows = store.by_keys(t, touched.keys[t])
         else:
@@ -144,24 +148,27 @@ def affected_partitions(
     return out
 
 
-def closure(
-    plan: OutputPlan, store: ReplicaStore, partitions: Partitions | None
-) -> dict[QualifiedName, list[Row]]:
-    """Every row the SQL needs to compute ``partitions`` (None: all of them)."""
-    if partitions is None:
-        return {info.name: store.all_rows(info.name) for info in plan.aliases.values()}
+def closure(plan: OutputPlan, store: ReplicaStore, partitions: Partitions | None) -> dict[str, list[Row]]:
+    """Every row the SQL needs to compute ``partitions`` (None: all of them), per alias.
+
+    Rows are per alias, not per table: in a self-join, rows fetched for one
+    alias must not act as rows of the other.
+    """
+    if partitions is None or not plan.anchor:  # every partition, or the one global group
+        return {alias: store.all_rows(info.name) for alias, info in plan.aliases.items()}
     anchor = plan.anchor
     table = plan.aliases[anchor].name
     values = [tuple(_decode(p)) for p in partitions]
     if plan.mode == "root":
         rows = store.by_keys(table, values)
     elif len(plan.anchor_cols) == 1:
-        rows = store.by_column(table, plan.anchor_cols[0], {v[0] for v in values})
+        # A group's value may be NULL: GROUP BY keeps a NULL group.
+        rows = store.by_column(table, plan.anchor_cols[0], {v[0] for v in values}, include_null=True)
     else:
-        wanted = set(partitions)
+        wanted = {encode(list(v)) for v in values}
         rows = [
             r
-            for r in store.by_column(table, plan.anchor_cols[0], {v[0] for v in values})
+            for r in store.by_column(table, plan.anchor_cols[0], {v[0] for v in values}, include_null=True)
             if _partition(plan, r) in wanted
         ]
     by_alias: dict[str, list[Row]] = {anchor: rows}
@@ -176,25 +183,11 @@ def closure(
                 continue
             by_alias[nxt] = step(plan, store, by_alias[cur], cur, e, nxt)
             todo.append(nxt)
-    out: dict[QualifiedName, list[Row]] = {}
-    seen: dict[QualifiedName, set[str]] = {}
-    for alias, rows in by_alias.items():
-        t = plan.aliases[alias].name
-        pk = store.tables[t].primary_key
-        bucket = out.setdefault(t, [])
-        keys = seen.setdefault(t, set())
-        for r in rows:
-            k = encode([r.get(c) for c in pk])
-            if k not in keys:
-                keys.add(k)
-                bucket.append(r)
-    for info in plan.aliases.values():
-        out.setdefault(info.name, [])
-    return out
+    for alias in plan.aliases:
+        by_alias.setdefault(alias, [])
+    return by_alias
 
 
 def _decode(p: str) -> list[Any]:
-    import json
-
     v: list[Any] = json.loads(p)
     return v

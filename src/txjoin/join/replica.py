@@ -119,11 +119,22 @@ class ReplicaStore:
             self.db.execute(f"CREATE INDEX IF NOT EXISTS {idx} ON {spec.sql_name} ({_icol(c)})")
         for c in sorted(spec.arrays):
             et = spec.elem_table(c)
+            exists = self.db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                (et.strip('"').replace('""', '"'),),
+            ).fetchone()
             self.db.execute(
                 f"CREATE TABLE IF NOT EXISTS {et} (v TEXT NOT NULL, k TEXT NOT NULL, PRIMARY KEY (v, k))"
             )
             ek = _q(f"e__{spec.name.schema}__{spec.name.table}__{c}_k")
             self.db.execute(f"CREATE INDEX IF NOT EXISTS {ek} ON {et} (k)")
+            if not exists:
+                # An output added later needs this index: fill it from the live rows.
+                elems = []
+                for k, r in self.db.execute(f"SELECT k, row FROM {spec.sql_name} WHERE del = 0"):
+                    arr = json.loads(r).get(c) or []
+                    elems += [(e, k) for e in {encode(v) for v in arr if v is not None}]
+                self.db.executemany(f"INSERT OR IGNORE INTO {et} VALUES (?, ?)", elems)
 
     def close(self) -> None:
         self.db.close()
@@ -173,13 +184,20 @@ class ReplicaStore:
             ]
         return out
 
-    def by_column(self, table: QualifiedName, column: str, values: Iterable[Any]) -> list[Row]:
+    def by_column(
+        self, table: QualifiedName, column: str, values: Iterable[Any], *, include_null: bool = False
+    ) -> list[Row]:
+        """Live rows whose ``column`` equals one of ``values``.
+
+        NULL never equals anything in a join, so None in ``values`` matches
+        nothing unless ``include_null`` (GROUP BY puts NULLs in one group).
+        """
         spec = self._spec(table)
         if column in spec.primary_key and len(spec.primary_key) == 1:
             return self.by_keys(table, [(v,) for v in values if v is not None])
         if column not in spec.indexed:
             raise ConfigError(f"column {table}.{column} is not indexed in the replica store")
-        enc = sorted({encode(v) for v in values if v is not None})
+        enc = sorted({encode(v) for v in values if v is not None or include_null})
         out: list[Row] = []
         for chunk in self._chunks(enc):
             marks = ",".join("?" * len(chunk))
@@ -290,6 +308,10 @@ class ReplicaStore:
                 state[k] = (lsn, ord_, dele, row)
         dirty: dict[str, tuple[int, int, int, str | None]] = {}
         touched: set[tuple[Any, ...]] = set(keys)
+        # Rows deleted by this batch, by (xid, position): a primary-key change
+        # arrives as delete + create, and the create's unchanged TOASTed values
+        # are the deleted row's.
+        deleted: dict[tuple[int, int], str] = {}
         for ch in changes:
             pos = (ch.commit_lsn, ch.total_order)
             if ch.op == "t":
@@ -319,9 +341,14 @@ class ReplicaStore:
             new: tuple[int, int, int, str | None]
             if ch.op == "d":
                 new = (pos[0], pos[1], 1, None)
+                if cur is not None and not cur[2] and cur[3] is not None:
+                    deleted[(ch.xid, ch.total_order)] = cur[3]
             else:
                 after = dict(ch.after or {})
                 if any(v == UNAVAILABLE for v in after.values()):
+                    moved_from = deleted.get((ch.xid, ch.total_order - 1))
+                    if (cur is None or cur[2] or cur[3] is None) and moved_from is not None:
+                        cur = (0, 0, 0, moved_from)
                     if cur is None or cur[2] or cur[3] is None:
                         raise ChangelogError(
                             f"{spec.name}: transaction {ch.xid} updates key {key} with an unchanged TOASTed "

@@ -22,19 +22,28 @@ __all__ = ["Difference", "compare_rows", "normalize"]
 
 
 def _num(v: Decimal | int | float) -> Any:
+    """Integers compare exactly; other numbers to 12 significant digits.
+
+    Spark and PostgreSQL differ in the last bits of doubles and in the scale
+    of computed decimals (avg, division), not in integers.
+    """
+    if isinstance(v, int):
+        return ("n", str(v))
     if isinstance(v, float):
         if v != v or v in (float("inf"), float("-inf")):
             return str(v)
-        # Doubles differ in their last bits between engines: 12 digits.
+        if v.is_integer() and abs(v) < 2**53:
+            return ("n", str(int(v)))
         return ("n", f"{v:.12g}")
     try:
-        d = Decimal(v).normalize()
+        d = Decimal(v)
     except InvalidOperation:
         return str(v)
-    exponent = d.as_tuple().exponent
-    if not isinstance(exponent, int):  # NaN or infinity
+    if not d.is_finite():
         return str(d)
-    return ("n", f"{float(d):.12g}") if d.adjusted() > 12 or -exponent > 12 else ("n", str(d))
+    if d == d.to_integral_value():
+        return ("n", str(int(d)))
+    return ("n", f"{float(d):.12g}")
 
 
 def normalize(v: Any, *, json_text: bool = False, unordered: bool = False) -> Any:
