@@ -21,7 +21,7 @@ from txjoin.join.plan import OutputPlan, TableInfo
 from txjoin.pg import admin
 from txjoin.pg.names import QualifiedName
 
-__all__ = ["SparkEngine", "TableSchema", "load_schemas", "to_arrow"]
+__all__ = ["SparkEngine", "TableSchema", "load_schemas", "to_arrow", "type_label"]
 
 Row = dict[str, Any]
 
@@ -35,7 +35,26 @@ class TableSchema:
 
     @property
     def info(self) -> TableInfo:
-        return TableInfo(self.name, self.source, tuple(n for n, _ in self.columns), self.primary_key)
+        return TableInfo(
+            self.name,
+            self.source,
+            tuple(n for n, _ in self.columns),
+            self.primary_key,
+            types={n: type_label(c) for n, c in self.columns},
+        )
+
+
+def type_label(col: ColumnType) -> str:
+    """``col`` as :attr:`TableInfo.types` names it: the type name plus the
+    modifiers that change how values are written ('numeric(10,2)', 'bpchar(3)')."""
+    if col.is_array:
+        return "_" + type_label(col.element)
+    ps = col.numeric_precision_scale
+    if ps is not None:
+        return f"numeric({ps[0]},{ps[1]})"
+    if col.name == "bpchar" and col.typmod >= 4:
+        return f"bpchar({col.typmod - 4})"
+    return col.name
 
 
 def load_schemas(dsn: str, source: str, tables: Sequence[QualifiedName]) -> dict[QualifiedName, TableSchema]:

@@ -15,7 +15,8 @@ just the rows those partitions need. A partition is either
 What cannot be maintained this way is refused with :class:`UnsupportedQuery`
 naming the construct: joins other than inner and left, join conditions other
 than equality (or ``x = ANY(array)``), subqueries, set operations, window
-functions, LIMIT, non-deterministic functions, tables that are not captured.
+functions, LIMIT, non-deterministic functions, tables that are not captured,
+joins between columns whose types write equal values differently.
 
 Translation uses sqlglot (PostgreSQL -> Spark) plus rewrites for what its
 Spark output lacks: ``json_agg`` / ``json_build_object`` / ``array_agg``
@@ -47,6 +48,11 @@ class TableInfo:
     source: str
     columns: tuple[str, ...]
     primary_key: tuple[str, ...]
+    #: Column -> PostgreSQL type: ``pg_type.typname`` ('int4', 'text', '_int4'
+    #: for int4[]), with the modifiers that change how values are written:
+    #: 'numeric(10,2)', 'bpchar(3)'. Columns left out have an unknown type and
+    #: get no type-aware translation or checks.
+    types: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -434,6 +440,7 @@ def plan_output(
     for cond in _conjuncts(where.this if where is not None else None):
         _classify(cond, a, joined=None)
     _check_connected(a)
+    _check_edge_types(a)
     out_cols = _output_columns(select, name)
     for _, expr in out_cols:
         _aliases_in(expr, a)
@@ -511,6 +518,7 @@ def plan_output(
                     "group by columns of the preserved side",
                 )
             anchor_cols = tuple(g.name for g in group_exprs if isinstance(g, exp.Column))
+            _check_group_types(a, anchor, anchor_cols)
             by_ref = {v: k for k, v in plain.items()}
             if not all((anchor, c) in by_ref for c in anchor_cols):
                 raise UnsupportedQuery(
@@ -582,6 +590,117 @@ def _check_connected(a: _Analysis) -> None:
             "a column",
             output=a.output,
         )
+
+
+# -- column types ---------------------------------------------------------------
+#
+# The replica store finds join partners (and group members) by the Debezium
+# JSON text of a value, so two values PostgreSQL calls equal must be written
+# the same way; otherwise rows that match in PostgreSQL are never fetched.
+
+_INT_TYPES = ("int2", "int4", "int8")  # all written as JSON numbers
+_TEXT_TYPES = ("text", "varchar")  # same text, same comparison
+
+
+def _base(t: str) -> str:
+    return t.split("(", 1)[0]
+
+
+def _numeric_ps(t: str) -> tuple[int, int] | None:
+    """``(precision, scale)`` of 'numeric(p,s)'; None for anything else."""
+    if _base(t) != "numeric" or "(" not in t:
+        return None
+    p, _, sc = t[len("numeric(") : -1].partition(",")
+    return int(p), int(sc or 0)
+
+
+def _spelling_problem(t: str) -> str | None:
+    """Why two equal values of type ``t`` may be written differently (None: they cannot)."""
+    if t.startswith("_"):
+        return _spelling_problem(t[1:])
+    base = _base(t)
+    if base == "numeric" and _numeric_ps(t) is None:
+        return "numeric without a declared scale keeps each value's own scale (1.5 and 1.50 are equal)"
+    if base == "bpchar" and "(" not in t:
+        return "bpchar without a length keeps trailing blanks that comparisons ignore"
+    if base in ("json", "jsonb"):
+        return "equal JSON documents can be written differently"
+    if base == "interval":
+        return "equal intervals can be written differently ('1 day' and '24:00:00')"
+    if base == "citext":
+        return "citext compares case-insensitively but values keep their case"
+    return None
+
+
+def _same_spelling(t1: str, t2: str) -> bool:
+    """Whether equal values of types ``t1`` and ``t2`` are written the same way."""
+    if t1 == t2:
+        return _spelling_problem(t1) is None
+    if t1 in _INT_TYPES and t2 in _INT_TYPES:
+        return True
+    if t1 in _TEXT_TYPES and t2 in _TEXT_TYPES:
+        return True
+    ps1, ps2 = _numeric_ps(t1), _numeric_ps(t2)
+    return ps1 is not None and ps2 is not None and ps1[1] == ps2[1]
+
+
+def _describe(a: _Analysis, alias: str, col: str, t: str) -> str:
+    return f"{alias}.{col} ({a.aliases[alias].name}.{col}: {t})"
+
+
+_SAME_TYPE_FIX = (
+    "give both columns the same type at the source (smallint, integer and bigint mix freely, as do "
+    "text and varchar; numeric(p,s) needs the same scale s); a cast in the SQL cannot be a join key"
+)
+
+
+def _check_edge_types(a: _Analysis) -> None:
+    for e in a.edges:
+        lt = a.aliases[e.left].types.get(e.left_col)
+        rt = a.aliases[e.right].types.get(e.right_col)
+        if lt is None or rt is None:
+            continue
+        left, right = _describe(a, e.left, e.left_col, lt), _describe(a, e.right, e.right_col, rt)
+        if e.kind == "any":
+            if not lt.startswith("_"):
+                continue  # not an array: PostgreSQL rejects the SQL itself
+            lt = lt[1:]
+        elif any(t.startswith("_") or _base(t) in ("json", "jsonb") for t in (lt, rt)):
+            raise _refuse(
+                a.output,
+                f"an equality join on an array or JSON column: {left} = {right}",
+                "txjoin indexes join columns by their stored value and only supports scalar join keys; "
+                "join on scalar columns, or on `scalar_col = ANY(array_col)`",
+            )
+        if _same_spelling(lt, rt):
+            continue
+        if lt == rt:
+            raise _refuse(
+                a.output,
+                f"a join on {left} = {right}",
+                f"{_spelling_problem(lt)}, and txjoin finds matching rows by the stored value, so it "
+                "would miss matches; declare the columns with a type whose equal values are written alike "
+                "(numeric(p,s), char(n), text...)",
+            )
+        raise _refuse(
+            a.output,
+            f"a join between columns of different types: {left} = {right}",
+            "equal values of these types are written differently and txjoin finds matching rows by the "
+            f"stored value, so it would miss matches; {_SAME_TYPE_FIX}",
+        )
+
+
+def _check_group_types(a: _Analysis, alias: str, cols: Iterable[str]) -> None:
+    for c in cols:
+        t = a.aliases[alias].types.get(c)
+        problem = _spelling_problem(t) if t is not None else None
+        if problem is not None and t is not None:
+            raise _refuse(
+                a.output,
+                f"GROUP BY {_describe(a, alias, c, t)}",
+                f"{problem}, and txjoin fetches a group's rows by the stored value, so groups would be "
+                "split; declare the column with a type whose equal values are written alike",
+            )
 
 
 # -- translation ----------------------------------------------------------------
