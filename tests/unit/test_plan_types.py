@@ -167,3 +167,31 @@ def test_table_schema_info_carries_column_types() -> None:
     assert type_label(ColumnType(1231, "_numeric", ((12 << 16) | 3) + 4)) == "_numeric(12,3)"
     assert type_label(ColumnType(1043, "varchar", 20)) == "varchar"
     hash(info)  # still usable as a set member or dict key
+
+
+# -- 3. ordered-set aggregates -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        ("percentile_cont(0.5) WITHIN GROUP (ORDER BY t.f)", "percentile_cont"),
+        ("percentile_disc(0.5) WITHIN GROUP (ORDER BY t.i)", "percentile_disc"),
+        ("mode() WITHIN GROUP (ORDER BY t.i)", "mode"),
+        ("rank(3) WITHIN GROUP (ORDER BY t.i)", "rank"),
+    ],
+)
+def test_ordered_set_aggregates_are_refused(call: str, name: str) -> None:
+    err = refusal(f"SELECT t.i AS id, {call} AS x FROM t GROUP BY t.i")
+    assert f"the ordered-set aggregate {name}() WITHIN GROUP" in str(err)
+    assert "cannot be maintained incrementally" in str(err)
+    assert err.details["construct"] == f"the ordered-set aggregate {name}() WITHIN GROUP"
+    assert "percentile_approx" in str(err)
+
+
+def test_ordered_set_aggregate_is_refused_without_column_types() -> None:
+    with pytest.raises(UnsupportedQuery, match="percentile_cont"):
+        plan(
+            "SELECT t.i AS id, percentile_cont(0.5) WITHIN GROUP (ORDER BY t.f) AS x FROM t GROUP BY t.i",
+            types=False,
+        )

@@ -15,8 +15,9 @@ just the rows those partitions need. A partition is either
 What cannot be maintained this way is refused with :class:`UnsupportedQuery`
 naming the construct: joins other than inner and left, join conditions other
 than equality (or ``x = ANY(array)``), subqueries, set operations, window
-functions, LIMIT, non-deterministic functions, tables that are not captured,
-joins between columns whose types write equal values differently.
+functions, ordered-set aggregates, LIMIT, non-deterministic functions, tables
+that are not captured, joins between columns whose types write equal values
+differently.
 
 Translation uses sqlglot (PostgreSQL -> Spark) plus rewrites for what its
 Spark output lacks: ``json_agg`` / ``json_build_object`` / ``array_agg``
@@ -305,6 +306,18 @@ def _check_supported(select: exp.Select, output: str) -> None:
         raise _refuse(output, "a subquery or set operation", "express it with joins", sub)  # type: ignore[arg-type]
     for node in select.find_all(exp.Window):
         raise _refuse(output, "a window function", "window functions span rows of other partitions", node)
+    for node in select.find_all(exp.WithinGroup, exp.PercentileCont, exp.PercentileDisc, exp.Mode):
+        func = node.this if isinstance(node, exp.WithinGroup) else node
+        fname = func.name
+        if isinstance(func, exp.Func) and not isinstance(func, exp.Anonymous):
+            fname = func.sql_name()
+        raise _refuse(
+            output,
+            f"the ordered-set aggregate {fname.lower()}() WITHIN GROUP",
+            "txjoin has no exact Spark translation for ordered-set aggregates (sqlglot would turn "
+            "percentile_cont into the approximate percentile_approx); compute it from the output table",
+            node,
+        )
     for node in select.find_all(exp.Anonymous):
         if node.name.upper() in _NONDETERMINISTIC:
             raise _refuse(
