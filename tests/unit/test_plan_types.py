@@ -12,7 +12,7 @@ import pytest
 from txjoin.capture.values import ColumnType
 from txjoin.errors import UnsupportedQuery
 from txjoin.join.engine import TableSchema, type_label
-from txjoin.join.plan import OutputPlan, TableInfo, plan_output
+from txjoin.join.plan import NUMERIC_SCALE, OutputPlan, TableInfo, plan_output
 from txjoin.pg.names import QualifiedName as Q
 
 T_TYPES = {
@@ -195,3 +195,134 @@ def test_ordered_set_aggregate_is_refused_without_column_types() -> None:
             "SELECT t.i AS id, percentile_cont(0.5) WITHIN GROUP (ORDER BY t.f) AS x FROM t GROUP BY t.i",
             types=False,
         )
+
+
+# -- 1. integer division ---------------------------------------------------------
+
+
+def test_int_division_truncates_like_postgresql() -> None:
+    # PostgreSQL: 7/2 = 3, -7/2 = -3 (toward zero), int4/int4 is int4; Spark's
+    # `/` would give 3.5. Spark's DIV truncates toward zero (Java long division).
+    sql = spark("SELECT t.id, t.i / t.j AS q, 7 / 2 AS lit, -7 / 2 AS neg FROM t")
+    assert "CAST(t.i DIV t.j AS INT) AS `q`" in sql
+    assert "CAST(7 DIV 2 AS INT) AS `lit`" in sql
+    assert "CAST(-7 DIV 2 AS INT) AS `neg`" in sql
+    assert " / " not in sql
+
+
+def test_int_division_result_type_follows_postgresql() -> None:
+    sql = spark(
+        "SELECT t.id, t.s / t.s AS small, t.b / t.i AS big, t.i / 3000000000 AS big_lit, "
+        "(t.i + t.j) / (t.s * 2) AS expr FROM t"
+    )
+    assert "CAST(t.s DIV t.s AS SMALLINT) AS `small`" in sql  # int2 / int2 is int2
+    assert "CAST(t.b DIV t.i AS BIGINT) AS `big`" in sql  # int8 / int4 is int8
+    assert "CAST(t.i DIV 3000000000 AS BIGINT) AS `big_lit`" in sql  # the constant is int8
+    assert "CAST((t.i + t.j) DIV (t.s * 2) AS INT) AS `expr`" in sql
+
+
+def test_int_division_of_aggregates() -> None:
+    # sum(int4) and count(*) are int8: PostgreSQL divides them as integers.
+    sql = spark("SELECT t.i AS id, sum(t.j) / count(*) AS mean FROM t GROUP BY t.i")
+    assert "CAST(SUM(t.j) DIV COUNT(*) AS BIGINT) AS `mean`" in sql
+    # sum(int8) is numeric in PostgreSQL: a fractional division.
+    sql = spark("SELECT t.i AS id, sum(t.b) / count(*) AS mean FROM t GROUP BY t.i")
+    assert "SUM(t.b) / COUNT(*) AS `mean`" in sql
+
+
+def test_nested_int_divisions_are_each_truncated() -> None:
+    sql = spark("SELECT t.id, t.i / 2 / 3 AS q FROM t")
+    assert "CAST(CAST(t.i DIV 2 AS INT) DIV 3 AS INT) AS `q`" in sql
+
+
+def test_division_with_a_fractional_operand_stays_fractional() -> None:
+    sql = spark("SELECT t.id, t.n / t.i AS a, t.f / t.i AS b, t.i / 2.0 AS c, t.i::numeric / t.j AS d FROM t")
+    assert "DIV" not in sql
+    assert "t.n / t.i AS `a`" in sql
+    assert "t.f / t.i AS `b`" in sql
+    assert "t.i / 2.0 AS `c`" in sql
+
+
+def test_int_division_inside_json_agg_and_where() -> None:
+    sql = spark(
+        "SELECT t.i AS id, json_agg(t.j / 2 ORDER BY t.j) AS js FROM t WHERE t.j / 2 > 1 GROUP BY t.i"
+    )
+    assert sql.count("CAST(t.j DIV 2 AS INT)") == 3  # twice inside the aggregate, once in WHERE
+
+
+def test_without_column_types_columns_are_translated_as_before() -> None:
+    sql = spark("SELECT t.id, t.i / t.j AS q, t.n::int AS k, avg(t.i) AS a FROM t GROUP BY t.id", types=False)
+    assert "t.i / t.j AS `q`" in sql
+    assert "CAST(t.n AS INT) AS `k`" in sql
+    assert "AVG(t.i) AS `a`" in sql
+
+
+def test_unknown_operand_types_leave_the_division_alone() -> None:
+    # A string constant's type is decided by its context in PostgreSQL: not guessed.
+    assert "t.i / '2' AS `q`" in spark("SELECT t.id, t.i / '2' AS q FROM t")
+
+
+# -- 2. casts to integer types -----------------------------------------------------
+
+
+def test_numeric_to_int_cast_rounds_half_away_from_zero() -> None:
+    # PostgreSQL: 2.5::int = 3, -1.5::int = -2; Spark's CAST truncates (2, -1).
+    sql = spark(
+        "SELECT t.id, t.n::int AS a, CAST(t.u AS bigint) AS b, t.n::smallint AS c, 2.5::int AS d, "
+        "(t.n * 2)::int AS e FROM t"
+    )
+    assert "CAST(ROUND(t.n) AS INT) AS `a`" in sql
+    assert "CAST(ROUND(t.u) AS BIGINT) AS `b`" in sql
+    assert "CAST(ROUND(t.n) AS SMALLINT) AS `c`" in sql
+    assert "CAST(ROUND(2.5) AS INT) AS `d`" in sql
+    assert "CAST(ROUND((t.n * 2)) AS INT) AS `e`" in sql
+
+
+def test_float_to_int_cast_rounds_half_to_even() -> None:
+    # PostgreSQL converts float8 and float4 to integers with rint(): 2.5 -> 2, 3.5 -> 4.
+    sql = spark("SELECT t.id, t.f::int AS a, t.r::bigint AS b, round(t.f) AS c, round(t.n) AS d FROM t")
+    assert "CAST(BROUND(t.f) AS INT) AS `a`" in sql
+    assert "CAST(BROUND(t.r) AS BIGINT) AS `b`" in sql
+    assert "BROUND(t.f) AS `c`" in sql  # round(float8) is rint() too
+    assert "ROUND(t.n) AS `d`" in sql
+    assert "BROUND(t.n)" not in sql
+
+
+def test_casts_that_need_no_rounding_are_unchanged() -> None:
+    sql = spark("SELECT t.id, t.t::int AS a, t.b::int AS b, '7'::int AS c, (t.i / t.j)::bigint AS d FROM t")
+    assert "CAST(t.t AS INT) AS `a`" in sql
+    assert "CAST(t.b AS INT) AS `b`" in sql
+    assert "CAST('7' AS INT) AS `c`" in sql
+    assert "CAST((CAST(t.i DIV t.j AS INT)) AS BIGINT) AS `d`" in sql
+    assert "ROUND" not in sql
+
+
+def test_avg_cast_to_int_rounds() -> None:
+    sql = spark("SELECT t.i AS id, avg(t.j)::int AS a FROM t GROUP BY t.i")
+    assert "CAST(ROUND(AVG(" in sql
+
+
+def test_cast_to_unconstrained_numeric_keeps_fractions() -> None:
+    # Spark's bare DECIMAL is DECIMAL(10,0): 2.5::numeric would become 3.
+    sql = spark("SELECT t.id, t.f::numeric AS a, CAST(t.b AS decimal) AS b, t.f::numeric(10,3) AS c FROM t")
+    assert f"CAST(t.f AS DECIMAL(38, {NUMERIC_SCALE})) AS `a`" in sql
+    assert f"CAST(t.b AS DECIMAL(38, {NUMERIC_SCALE})) AS `b`" in sql
+    assert "CAST(t.f AS DECIMAL(10, 3)) AS `c`" in sql
+
+
+# -- 6. avg --------------------------------------------------------------------
+
+
+def test_avg_over_integers_and_small_scale_numeric_gets_sixteen_fractional_digits() -> None:
+    # PostgreSQL's avg is numeric with (typically) 16 fractional digits; Spark's
+    # avg(decimal(p,s)) has s + 4, so the argument goes to DECIMAL(38,12).
+    sql = spark(
+        "SELECT t.i AS id, avg(t.j) AS a, avg(t.n) AS b, avg(DISTINCT t.b) AS c, avg(t.f) AS d, "
+        "avg(t.wide) AS e, avg(t.u) AS g FROM t GROUP BY t.i"
+    )
+    assert "AVG(CAST(t.j AS DECIMAL(38, 12))) AS `a`" in sql
+    assert "AVG(CAST(t.n AS DECIMAL(38, 12))) AS `b`" in sql
+    assert "AVG(DISTINCT CAST(t.b AS DECIMAL(38, 12))) AS `c`" in sql
+    assert "AVG(t.f) AS `d`" in sql  # float8 in both
+    assert "AVG(t.wide) AS `e`" in sql  # scale 14: Spark keeps 18 digits already
+    assert "AVG(t.u) AS `g`" in sql  # DECIMAL(38,18) in the join stage: 22 digits

@@ -14,14 +14,18 @@ just the rows those partitions need. A partition is either
 
 What cannot be maintained this way is refused with :class:`UnsupportedQuery`
 naming the construct: joins other than inner and left, join conditions other
-than equality (or ``x = ANY(array)``), subqueries, set operations, window
+than equality (or ``x = ANY(array)``), joins between columns whose types
+write equal values differently, subqueries, set operations, window
 functions, ordered-set aggregates, LIMIT, non-deterministic functions, tables
-that are not captured, joins between columns whose types write equal values
-differently.
+that are not captured.
 
 Translation uses sqlglot (PostgreSQL -> Spark) plus rewrites for what its
 Spark output lacks: ``json_agg`` / ``json_build_object`` / ``array_agg``
-(made deterministic: unordered aggregates are sorted) and ``= ANY(array)``.
+(made deterministic: unordered aggregates are sorted) and ``= ANY(array)``;
+and, where the column types (:attr:`TableInfo.types`) or literals say Spark
+would compute a different value, integer division, casts to integer types,
+``round(float)``, casts to unconstrained ``numeric`` and ``avg`` (see
+docs/types.md).
 """
 
 from __future__ import annotations
@@ -808,11 +812,156 @@ def _agg_rewrite(node: exp.Expression, unordered: list[bool], output: str) -> ex
     return exp.If(this=exp.EQ(this=count, expression=exp.Literal.number(0)), true=exp.Null(), false=result)
 
 
+#: PostgreSQL types of sqlglot's cast targets (numeric: see _cast_type).
+_CAST_TYPES: dict[object, str] = {
+    exp.DataType.Type.SMALLINT: "int2",
+    exp.DataType.Type.INT: "int4",
+    exp.DataType.Type.BIGINT: "int8",
+    exp.DataType.Type.FLOAT: "float4",
+    exp.DataType.Type.DOUBLE: "float8",
+    exp.DataType.Type.TEXT: "text",
+    exp.DataType.Type.VARCHAR: "varchar",
+    exp.DataType.Type.BOOLEAN: "bool",
+    exp.DataType.Type.DATE: "date",
+    exp.DataType.Type.TIMESTAMP: "timestamp",
+    exp.DataType.Type.TIMESTAMPTZ: "timestamptz",
+}
+_SPARK_INT = {"int2": "SMALLINT", "int4": "INT", "int8": "BIGINT"}
+_FLOAT_TYPES = ("float4", "float8")
+#: Scale Spark gets for PostgreSQL's unconstrained numeric: Spark's own default
+#: for arbitrary-precision decimals (the join stage reads such columns the same
+#: way: txjoin.join.engine.NUMERIC_SCALE).
+NUMERIC_SCALE = 18
+#: avg() over integers and numeric(p, s <= 12) runs on DECIMAL(38, 12), so
+#: Spark's result has s + 4 = 16 fractional digits, as PostgreSQL's usually has.
+_AVG_SCALE = 12
+
+
+def _cast_type(to: exp.DataType) -> str | None:
+    if to.this == exp.DataType.Type.DECIMAL:
+        try:
+            params = [int(p.this.name) for p in to.expressions]
+        except (TypeError, ValueError, AttributeError):
+            return None
+        if not params:
+            return "numeric"
+        return f"numeric({params[0]},{params[1] if len(params) > 1 else 0})"
+    return _CAST_TYPES.get(to.this)
+
+
+def _promote(types: Iterable[str | None]) -> str | None:
+    """The type PostgreSQL gives arithmetic (or CASE/COALESCE) over ``types``."""
+    bases = [None if t is None else _base(t) for t in types]
+    if not bases or any(b is None for b in bases):
+        return None
+    if all(b in _INT_TYPES for b in bases):
+        return max(bases, key=lambda b: _INT_TYPES.index(b or ""))
+    numeric_family = (*_INT_TYPES, *_FLOAT_TYPES, "numeric")
+    if not all(b in numeric_family for b in bases):
+        return bases[0] if len(set(bases)) == 1 else None
+    if any(b in _FLOAT_TYPES for b in bases):
+        return "float4" if all(b == "float4" for b in bases) else "float8"
+    return "numeric"
+
+
+def _pg_type(node: exp.Expression, a: _Analysis) -> str | None:
+    """The PostgreSQL type of ``node`` where it is plain to see; None when unknown."""
+    if isinstance(node, exp.Paren):
+        return _pg_type(node.this, a)
+    if isinstance(node, exp.Column):
+        info = a.aliases.get(node.table)
+        return info.types.get(node.name) if info is not None else None
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return None  # 'unknown' until PostgreSQL resolves it from its context
+        if node.this.isdigit():
+            v = int(node.this)
+            return "int4" if v < 2**31 else "int8" if v < 2**63 else "numeric"
+        return "numeric"  # 2.5 and 1e3 are numeric constants in PostgreSQL
+    if isinstance(node, exp.Cast):
+        return _cast_type(node.to)
+    if isinstance(node, exp.Neg | exp.Abs | exp.Max | exp.Min):
+        return _pg_type(node.this, a)
+    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.Mod):
+        return _promote([_pg_type(node.this, a), _pg_type(node.expression, a)])
+    if isinstance(node, exp.Count):
+        return "int8"
+    if isinstance(node, exp.Length):
+        return "int4"
+    if isinstance(node, exp.Sum | exp.Avg):
+        arg = _pg_type(node.this, a)
+        base = None if arg is None else _base(arg)
+        if base in _FLOAT_TYPES:
+            return base if isinstance(node, exp.Sum) else "float8"
+        if isinstance(node, exp.Sum) and base in ("int2", "int4"):
+            return "int8"
+        return "numeric" if base in (*_INT_TYPES, "numeric") else None
+    if isinstance(node, exp.Coalesce):
+        return _promote([_pg_type(x, a) for x in [node.this, *node.expressions]])
+    if isinstance(node, exp.Case):
+        branches = [i.args.get("true") for i in node.args.get("ifs") or []] + [node.args.get("default")]
+        return _promote([_pg_type(b, a) for b in branches if b is not None and not isinstance(b, exp.Null)])
+    return None
+
+
+def _typed_rewrites(tree: exp.Expression, a: _Analysis) -> None:
+    """Rewrite, in place, what Spark computes differently from PostgreSQL for
+    the operand types at hand (docs/types.md). Unknown types: no rewrite."""
+    actions: list[tuple[exp.Expression, str]] = []
+    # Decide on the untouched tree, then rewrite children before parents.
+    for node in tree.find_all(exp.Div, exp.Cast, exp.Round, exp.Avg, bfs=False):
+        if isinstance(node, exp.Div):
+            t = _pg_type(node, a)
+            if t in _INT_TYPES:
+                actions.append((node, _SPARK_INT[t]))  # PostgreSQL truncates; Spark's / is fractional
+        elif isinstance(node, exp.Cast):
+            target = _cast_type(node.to)
+            src = _pg_type(node.this, a)
+            if target in _INT_TYPES and src is not None and _base(src) == "numeric":
+                actions.append((node, "ROUND"))  # numeric -> int rounds half away from zero
+            elif target in _INT_TYPES and src in _FLOAT_TYPES:
+                actions.append((node, "BROUND"))  # float -> int uses rint(): half to even
+            elif target == "numeric":
+                actions.append((node, "DECIMAL"))  # Spark's bare DECIMAL is DECIMAL(10,0)
+        elif isinstance(node, exp.Round):
+            if node.args.get("decimals") is None and _pg_type(node.this, a) in _FLOAT_TYPES:
+                actions.append((node, "BROUND"))  # round(float8) is rint(): half to even
+        else:
+            inner = node.this
+            if isinstance(inner, exp.Distinct):
+                if len(inner.expressions) != 1:
+                    continue
+                inner = inner.expressions[0]
+            arg = _pg_type(inner, a)
+            ps = _numeric_ps(arg) if arg is not None else None
+            fits = ps is not None and ps[1] <= _AVG_SCALE and ps[0] - ps[1] <= 38 - _AVG_SCALE
+            if arg in _INT_TYPES or fits:
+                actions.append((node, "AVG"))
+    for node, action in reversed(actions):
+        if isinstance(node, exp.Div):
+            div = exp.IntDiv(this=node.this, expression=node.expression)
+            node.replace(exp.Cast(this=div, to=exp.DataType.build(action)))
+        elif isinstance(node, exp.Cast) and action == "DECIMAL":
+            node.set("to", exp.DataType.build(f"DECIMAL(38, {NUMERIC_SCALE})"))
+        elif isinstance(node, exp.Cast) and action == "ROUND":
+            node.set("this", exp.Round(this=node.this))
+        elif isinstance(node, exp.Cast):
+            node.set("this", exp.Anonymous(this="BROUND", expressions=[node.this]))
+        elif isinstance(node, exp.Round):
+            node.replace(exp.Anonymous(this="BROUND", expressions=[node.this]))
+        else:
+            arg = node.this
+            if isinstance(arg, exp.Distinct):
+                arg = arg.expressions[0]
+            arg.replace(exp.Cast(this=arg.copy(), to=exp.DataType.build(f"DECIMAL(38, {_AVG_SCALE})")))
+
+
 def _translate(
     select: exp.Select, a: _Analysis, name: str, out_cols: list[tuple[str, exp.Expression]]
 ) -> tuple[str, list[str]]:
     tree = select.copy()
     tree.set("order", None)
+    _typed_rewrites(tree, a)
     # Tables -> views, keeping the name the SQL uses as alias.
     order = list(a.aliases)
     for t in tree.find_all(exp.Table):
