@@ -7,11 +7,15 @@ none starts Spark or PostgreSQL. docs/types.md explains each rule.
 
 from __future__ import annotations
 
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
 import pytest
 
 from txjoin.capture.values import ColumnType
-from txjoin.errors import UnsupportedQuery
-from txjoin.join.engine import TableSchema, type_label
+from txjoin.errors import ProtocolError, UnsupportedQuery
+from txjoin.join.engine import TableSchema, spark_arrow_type, to_arrow, type_label
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan, TableInfo, plan_output
 from txjoin.pg.names import QualifiedName as Q
 
@@ -326,3 +330,96 @@ def test_avg_over_integers_and_small_scale_numeric_gets_sixteen_fractional_digit
     assert "AVG(t.f) AS `d`" in sql  # float8 in both
     assert "AVG(t.wide) AS `e`" in sql  # scale 14: Spark keeps 18 digits already
     assert "AVG(t.u) AS `g`" in sql  # DECIMAL(38,18) in the join stage: 22 digits
+
+
+# -- 4. unconstrained numeric in the join stage -----------------------------------------
+
+NUMERIC = ColumnType(1700, "numeric")
+
+
+def numeric(p: int, s: int) -> ColumnType:
+    return ColumnType(1700, "numeric", ((p << 16) | (s & 0xFFFF)) + 4)
+
+
+def test_numeric_columns_are_decimals_in_the_join_stage() -> None:
+    assert spark_arrow_type(NUMERIC) == pa.decimal128(38, NUMERIC_SCALE)
+    assert NUMERIC_SCALE == 18
+    assert spark_arrow_type(numeric(10, 2)) == pa.decimal128(10, 2)
+    assert spark_arrow_type(numeric(38, 0)) == pa.decimal128(38, 0)
+    assert spark_arrow_type(numeric(50, 4)) == pa.decimal128(38, 4)
+    assert spark_arrow_type(numeric(5, -2)) == pa.decimal128(7, 0)  # up to 9999900
+    assert spark_arrow_type(numeric(2, 4)) == pa.decimal128(4, 4)  # |v| < 0.01
+    assert spark_arrow_type(ColumnType(1231, "_numeric")) == pa.list_(pa.decimal128(38, NUMERIC_SCALE))
+    assert spark_arrow_type(ColumnType(1083, "time")) == pa.string()
+
+
+SCHEMA = TableSchema(
+    Q("public", "ledger"),
+    "s",
+    (
+        ("id", ColumnType(23, "int4")),
+        ("amount", NUMERIC),
+        ("price", numeric(10, 2)),
+        ("many", ColumnType(1231, "_numeric")),
+        ("at", ColumnType(1083, "time")),
+    ),
+    ("id",),
+)
+
+
+def test_unconstrained_numeric_values_convert_exactly() -> None:
+    rows: list[dict[str, Any]] = [
+        {
+            "id": 1,
+            "amount": "12345678901234567890.123456789012345678",
+            "price": "1.50",
+            "many": ["1.5", None],
+            "at": 1,
+        },
+        {"id": 2, "amount": "-0.000000000000000001", "price": None, "many": None, "at": None},
+        {"id": 3, "amount": "7.50000000000000000000000", "price": "0.00", "many": [], "at": 0},
+        {"id": 4, "amount": None, "price": "-99999999.99", "many": ["0"], "at": 3723000004},
+    ]
+    table = to_arrow(rows, SCHEMA)
+    assert table.schema.field("amount").type == pa.decimal128(38, 18)
+    assert table.column("amount").to_pylist() == [
+        Decimal("12345678901234567890.123456789012345678"),
+        Decimal("-0.000000000000000001"),
+        Decimal("7.5"),
+        None,
+    ]
+    assert table.column("price").to_pylist() == [
+        Decimal("1.50"),
+        None,
+        Decimal("0.00"),
+        Decimal("-99999999.99"),
+    ]
+    assert table.column("many").to_pylist() == [[Decimal("1.5"), None], None, [], [Decimal(0)]]
+    assert table.column("at").to_pylist() == ["00:00:00.000001", None, "00:00:00", "01:02:03.000004"]
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "fragment"),
+    [
+        ("amount", "1.0000000000000000001", "more than 18 digits after the decimal point"),
+        ("amount", "123456789012345678901", "more than 20 digits before the decimal point"),
+        ("amount", "NaN", "has no decimal equivalent"),
+        ("price", "NaN", "has no decimal equivalent"),  # was silently NULL before
+        ("many", ["1", "Infinity"], "has no decimal equivalent"),
+    ],
+)
+def test_numeric_values_that_do_not_fit_are_refused(column: str, value: Any, fragment: str) -> None:
+    row: dict[str, Any] = {"id": 1, "amount": "1", "price": "1.00", "many": None, "at": None, column: value}
+    with pytest.raises(ProtocolError, match=fragment) as err:
+        to_arrow([row], SCHEMA)
+    text = str(err.value)
+    assert f"column {column!r} of public.ledger" in text
+    assert "numeric(p,s)" in text
+    assert err.value.details["table"] == "public.ledger"
+    assert err.value.details["column"] == column
+
+
+def test_only_used_columns_are_converted() -> None:
+    # A value no output reads must not stop the pipeline.
+    row = {"id": 1, "amount": "NaN", "price": "1.00", "many": None, "at": None}
+    assert to_arrow([row], SCHEMA, used={"id", "price"}).column_names == ["id", "price"]

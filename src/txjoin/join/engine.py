@@ -4,24 +4,37 @@ The rows a recompute needs (:func:`txjoin.join.propagate.closure`, per
 alias of the SQL) become typed Arrow tables, registered as one Spark view
 per alias (:meth:`txjoin.join.plan.OutputPlan.view`); the translated SQL
 runs over them and the result comes back as Arrow for the Delta commit.
+
+Every numeric column becomes a Spark decimal (numeric without a declared
+scale: DECIMAL(38, :data:`NUMERIC_SCALE`)), so that it compares, sums and
+sorts as a number; a value the decimal cannot hold exactly is refused, never
+rounded (docs/types.md).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
 
 from txjoin.capture.values import ColumnType, arrow_type, from_debezium
-from txjoin.errors import SchemaChangeError, SourceError, UnsupportedQuery
-from txjoin.join.plan import OutputPlan, TableInfo
+from txjoin.errors import ProtocolError, SchemaChangeError, SourceError, UnsupportedQuery
+from txjoin.join.plan import NUMERIC_SCALE, OutputPlan, TableInfo
 from txjoin.pg import admin
 from txjoin.pg.names import QualifiedName
 
-__all__ = ["SparkEngine", "TableSchema", "load_schemas", "to_arrow", "type_label"]
+__all__ = [
+    "NUMERIC_SCALE",
+    "SparkEngine",
+    "TableSchema",
+    "load_schemas",
+    "spark_arrow_type",
+    "to_arrow",
+    "type_label",
+]
 
 Row = dict[str, Any]
 
@@ -94,21 +107,72 @@ def load_schemas(dsn: str, source: str, tables: Sequence[QualifiedName]) -> dict
     return out
 
 
-def _spark_type(col: ColumnType) -> pa.DataType:
+def spark_arrow_type(col: ColumnType) -> pa.DataType:
+    """The Arrow type a column has in the join stage's Spark views."""
+    if col.is_array:
+        return pa.list_(spark_arrow_type(col.element))
+    if col.name == "numeric":
+        ps = col.numeric_precision_scale
+        if ps is None:
+            return pa.decimal128(38, NUMERIC_SCALE)
+        p, s = ps
+        if s < 0:  # numeric(p, -k): integers of up to p + k digits; Spark has no negative scale
+            return pa.decimal128(min(p - s, 38), 0)
+        return pa.decimal128(min(max(p, s), 38), min(s, 38))
     t = arrow_type(col)
     if pa.types.is_time(t):
         return pa.string()  # Spark has no time-of-day type
-    if pa.types.is_list(t) and pa.types.is_time(t.value_type):
-        return pa.list_(pa.string())
     return t
 
 
-def _spark_value(v: Any) -> Any:
-    if isinstance(v, dt.time):
-        return v.isoformat()
-    if isinstance(v, list):
-        return [_spark_value(x) for x in v]
-    return v
+def _decimal(value: Any, t: pa.Decimal128Type, table: QualifiedName, column: str) -> Decimal:
+    """A Debezium numeric (decimal text) as a Decimal that ``t`` holds exactly."""
+
+    def refuse(why: str) -> ProtocolError:
+        return ProtocolError(
+            f"column {column!r} of {table}: numeric value {str(value)[:80]!r} {why}, so the join stage "
+            f"cannot read it exactly as DECIMAL({t.precision},{t.scale}). The outputs stay at their last "
+            "good version; "
+            "declare the column numeric(p,s) with p <= 38 and the scale its values need (numeric without "
+            f"a declared scale is read with scale {NUMERIC_SCALE}), or change the value",
+            table=str(table),
+            column=column,
+            value=str(value)[:200],
+        )
+
+    try:
+        d = Decimal(str(value))
+    except InvalidOperation:
+        raise refuse("is not a number") from None
+    sign, digits, exponent = d.as_tuple()
+    if not isinstance(exponent, int):  # NaN, Infinity
+        raise refuse("has no decimal equivalent")
+    ds = list(digits)
+    if not any(ds):
+        return Decimal(0)
+    while exponent < 0 and len(ds) > 1 and ds[-1] == 0:  # trailing zeros lose nothing
+        ds.pop()
+        exponent += 1
+    if exponent > 0:
+        ds += [0] * exponent
+        exponent = 0
+    if -exponent > t.scale:
+        raise refuse(f"has more than {t.scale} digits after the decimal point")
+    if len(ds) + exponent > t.precision - t.scale:
+        raise refuse(f"has more than {t.precision - t.scale} digits before the decimal point")
+    return Decimal((sign, tuple(ds), exponent))
+
+
+def _converter(col: ColumnType, t: pa.DataType, table: QualifiedName, column: str) -> Callable[[Any], Any]:
+    """Debezium JSON value -> the Python value Arrow builds ``t`` from."""
+    if col.is_array and pa.types.is_list(t):
+        elem = _converter(col.element, t.value_type, table, column)
+        return lambda v: None if v is None else [elem(x) for x in v]
+    if pa.types.is_decimal128(t):
+        return lambda v: None if v is None else _decimal(v, t, table, column)
+    if pa.types.is_string(t) and col.name == "time":
+        return lambda v: None if v is None else from_debezium(v, col).isoformat()
+    return lambda v: from_debezium(v, col)
 
 
 def to_arrow(rows: Sequence[Row], schema: TableSchema, used: set[str] | None = None) -> pa.Table:
@@ -118,6 +182,8 @@ def to_arrow(rows: Sequence[Row], schema: TableSchema, used: set[str] | None = N
     for name, col in schema.columns:
         if used is not None and name not in used:
             continue
+        typ = spark_arrow_type(col)
+        convert = _converter(col, typ, schema.name, name)
         values = []
         for r in rows:
             if name not in r:
@@ -128,8 +194,8 @@ def to_arrow(rows: Sequence[Row], schema: TableSchema, used: set[str] | None = N
                     table=str(schema.name),
                     column=name,
                 )
-            values.append(_spark_value(from_debezium(r[name], col)))
-        arrays.append(pa.array(values, type=_spark_type(col)))
+            values.append(convert(r[name]))
+        arrays.append(pa.array(values, type=typ))
         names.append(name)
     return pa.Table.from_arrays(arrays, names=names)
 
