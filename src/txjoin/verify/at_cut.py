@@ -68,12 +68,12 @@ def _rewrite(sql: str, tables: Mapping[QualifiedName, Any]) -> str:
         name = QualifiedName(t.db or "public", t.name)
         if name not in tables:
             continue
-        alias = t.alias_or_name
+        # Keep the name the SQL uses (as written, quoted or not), so `orders.id` still resolves.
+        alias = t.args.get("alias") or exp.TableAlias(this=t.this.copy())
         t.set("db", None)
         t.set("catalog", None)
         t.set("this", exp.to_identifier(temp_name(name), quoted=True))
-        # Keep the name the SQL uses, so `orders.id` still resolves.
-        t.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+        t.set("alias", alias)
     return tree.sql(dialect="postgres")
 
 

@@ -1,0 +1,348 @@
+"""Random transactions for a pipeline's own schema (``txjoin check``).
+
+:func:`describe` reads the captured tables from a source's catalog: columns
+with their types, primary keys, and the constraints to copy into a scratch
+database (:func:`scratch_ddl`). :func:`workloads` is a hypothesis strategy
+of :class:`~txjoin.check.harness.Workload` over those tables: inserts,
+updates of one or two columns, deletes and primary-key changes, grouped in
+multi-statement transactions on a few concurrent connections.
+
+Values are drawn from small domains so rows collide: keys, foreign keys and
+the columns an output joins or groups on take a handful of values, so joins
+match, groups merge, rows move between partitions and keys get reused.
+A declared single-column foreign key gets ``(SELECT ref FROM parent WHERE
+ref = v)``, NULL when the parent is missing, instead of a violation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import psycopg2.extras
+from hypothesis import strategies as st
+
+from txjoin.check.harness import Statement, TxPlan, Workload
+from txjoin.errors import ConfigError
+from txjoin.join.plan import OutputPlan
+from txjoin.pg import admin
+from txjoin.pg.names import QualifiedName, quote_ident
+
+__all__ = ["ColumnInfo", "TableInfo", "describe", "scratch_ddl", "workloads"]
+
+SMALL = st.integers(1, 6)
+KEYS = st.integers(1, 9)
+_WORDS = ["a", "b", "c", "Ann", "Bob", "x y", "ü"]
+_UUIDS = [str(uuid.UUID(int=i * 0x1111)) for i in range(1, 6)]
+_DAY = dt.date(2024, 1, 1)
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    name: str
+    type_name: str  # pg_type.typname ('int4', '_int4', 'numeric'...)
+    formatted: str  # format_type(): 'numeric(8,2)', 'integer[]'...
+    typmod: int
+    not_null: bool
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    columns: tuple[str, ...]
+    table: QualifiedName
+    ref_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: QualifiedName
+    source: str
+    columns: tuple[ColumnInfo, ...]
+    primary_key: tuple[str, ...]
+    #: CREATE TABLE constraints to copy (primary key, unique, check, foreign keys among captured tables)
+    constraints: tuple[str, ...] = ()
+    foreign_keys: tuple[ForeignKey, ...] = ()
+    replica_identity_full: bool = False
+
+    def column(self, name: str) -> ColumnInfo:
+        return next(c for c in self.columns if c.name == name)
+
+
+def describe(dsn: str, source: str, tables: Sequence[QualifiedName]) -> list[TableInfo]:
+    """The captured ``tables`` of ``source`` as the generator needs them."""
+    conn = admin.connect(dsn)
+    out = []
+    try:
+        with conn.cursor() as cur:
+            for t in tables:
+                cur.execute(
+                    "SELECT a.attname, ty.typname, format_type(a.atttypid, a.atttypmod), a.atttypmod, "
+                    "a.attnotnull "
+                    "FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid "
+                    "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+                    "AND a.attgenerated = '' ORDER BY a.attnum",
+                    (t.quoted,),
+                )
+                cols = tuple(ColumnInfo(n, ty, f, int(m), bool(nn)) for n, ty, f, m, nn in cur.fetchall())
+                cur.execute(
+                    "SELECT c.contype, pg_get_constraintdef(c.oid), "
+                    "  ARRAY(SELECT attname FROM unnest(c.conkey) WITH ORDINALITY k(n, i) "
+                    "        JOIN pg_attribute ON attrelid = c.conrelid AND attnum = k.n ORDER BY k.i), "
+                    "  fn.nspname, fc.relname, "
+                    "  ARRAY(SELECT attname FROM unnest(c.confkey) WITH ORDINALITY k(n, i) "
+                    "        JOIN pg_attribute ON attrelid = c.confrelid AND attnum = k.n ORDER BY k.i) "
+                    "FROM pg_constraint c LEFT JOIN pg_class fc ON fc.oid = c.confrelid "
+                    "LEFT JOIN pg_namespace fn ON fn.oid = fc.relnamespace "
+                    "WHERE c.conrelid = %s::regclass ORDER BY c.contype, c.conname",
+                    (t.quoted,),
+                )
+                pk: tuple[str, ...] = ()
+                constraints, fks = [], []
+                for kind, definition, keys, fschema, ftable, fkeys in cur.fetchall():
+                    if kind == "p":
+                        pk = tuple(keys)
+                    if kind == "f":
+                        ref = QualifiedName(fschema, ftable)
+                        if ref not in tables:
+                            continue  # the scratch copy has only captured tables
+                        fks.append(ForeignKey(tuple(keys), ref, tuple(fkeys)))
+                    if kind in ("p", "u", "c", "f"):
+                        constraints.append(definition)
+                if not pk:
+                    raise ConfigError(f"table {t} of source {source!r} has no primary key: txjoin needs one")
+                cur.execute("SELECT relreplident = 'f' FROM pg_class WHERE oid = %s::regclass", (t.quoted,))
+                full = bool(cur.fetchone()[0])
+                out.append(TableInfo(t, source, cols, pk, tuple(constraints), tuple(fks), full))
+        conn.rollback()
+    finally:
+        conn.close()
+    return out
+
+
+def scratch_ddl(tables: Sequence[TableInfo]) -> str:
+    """DDL creating ``tables`` (columns, keys, constraints) in an empty database."""
+    out = []
+    for schema in sorted({t.name.schema for t in tables} - {"public"}):
+        out.append(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)};")
+    for t in tables:
+        cols = [f"{quote_ident(c.name)} {c.formatted}{' NOT NULL' if c.not_null else ''}" for c in t.columns]
+        keys = [d for d in t.constraints if not d.startswith("FOREIGN KEY")]
+        out.append(f"CREATE TABLE {t.name.quoted} ({', '.join(cols + keys)});")
+        if t.replica_identity_full:
+            out.append(f"ALTER TABLE {t.name.quoted} REPLICA IDENTITY FULL;")
+    for t in tables:
+        for d in t.constraints:
+            if d.startswith("FOREIGN KEY"):
+                out.append(f"ALTER TABLE {t.name.quoted} ADD {d};")
+    return "\n".join(out)
+
+
+# -- values -------------------------------------------------------------------------
+
+
+def _numeric(typmod: int) -> st.SearchStrategy[Any]:
+    scale = ((typmod - 4) & 0xFFFF) if typmod >= 4 else 2
+    precision = ((typmod - 4) >> 16) if typmod >= 4 else 10
+    limit = min(10 ** (precision - scale) - 1, 1000)
+    return st.integers(-limit * 10**scale, limit * 10**scale).map(lambda n: Decimal(n).scaleb(-scale))
+
+
+def _scalar(col_type: str, typmod: int, small: bool) -> st.SearchStrategy[Any] | None:
+    if col_type in ("int2", "int4", "int8", "oid"):
+        return SMALL if small else st.integers(-20, 20)
+    if col_type == "numeric":
+        return SMALL.map(Decimal) if small else _numeric(typmod)
+    if col_type in ("float4", "float8"):
+        return SMALL.map(float) if small else st.integers(-40, 40).map(lambda n: n / 4)
+    if col_type == "bool":
+        return st.booleans()
+    if col_type in ("text", "varchar", "bpchar", "name", "citext"):
+        words = _WORDS[:3] if small else _WORDS
+        if col_type in ("varchar", "bpchar") and typmod > 4:
+            width = typmod - 4
+            words = sorted({w[:width] for w in words})
+        return st.sampled_from(words)
+    if col_type == "date":
+        return st.integers(0, 20 if not small else 3).map(lambda d: _DAY + dt.timedelta(days=d))
+    if col_type == "timestamp":
+        return st.integers(0, 2000).map(lambda m: dt.datetime(2024, 1, 1) + dt.timedelta(minutes=m))
+    if col_type == "timestamptz":
+        return st.integers(0, 2000).map(
+            lambda m: dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=m)
+        )
+    if col_type == "uuid":
+        return st.sampled_from(_UUIDS[:3] if small else _UUIDS)
+    if col_type in ("json", "jsonb"):
+        return st.dictionaries(st.sampled_from(["k", "n"]), SMALL, max_size=2).map(psycopg2.extras.Json)
+    return None
+
+
+def _values(col: ColumnInfo, small: bool, table: QualifiedName) -> st.SearchStrategy[Any]:
+    if col.type_name.startswith("_"):  # an array
+        elem = _scalar(col.type_name[1:], -1, True)
+        base: st.SearchStrategy[Any] | None = None if elem is None else st.lists(elem, max_size=4)
+    else:
+        base = _scalar(col.type_name, col.typmod, small)
+    if base is None:
+        if not col.not_null:
+            return st.none()
+        raise ConfigError(
+            f"txjoin check cannot generate values of type {col.formatted} for {table}.{col.name} "
+            "(NOT NULL): make it nullable in the spec's scratch copy, or tell us which type you need"
+        )
+    return base if col.not_null else st.one_of(st.none(), base)
+
+
+def small_columns(
+    tables: Sequence[TableInfo], plans: Mapping[str, OutputPlan]
+) -> dict[QualifiedName, set[str]]:
+    """Columns that should collide: keys, foreign keys, join and GROUP BY columns."""
+    out: dict[QualifiedName, set[str]] = {t.name: set(t.primary_key) for t in tables}
+    for t in tables:
+        for fk in t.foreign_keys:
+            out[t.name] |= set(fk.columns)
+    for p in plans.values():
+        for table, cols in p.index_columns().items():
+            out.setdefault(table, set()).update(cols)
+        for table, cols in p.array_columns().items():
+            out.setdefault(table, set()).update(cols)
+    return out
+
+
+@dataclass
+class _Gen:
+    tables: list[TableInfo]
+    small: dict[QualifiedName, set[str]]
+    fk_of: dict[tuple[QualifiedName, str], ForeignKey] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for t in self.tables:
+            for fk in t.foreign_keys:
+                if len(fk.columns) == 1:
+                    self.fk_of[(t.name, fk.columns[0])] = fk
+
+    def value(self, t: TableInfo, col: ColumnInfo) -> st.SearchStrategy[Any]:
+        if (
+            col.name in t.primary_key
+            and col.type_name in ("int2", "int4", "int8")
+            and len(t.primary_key) == 1
+        ):
+            # A little wider than the join domain: some inserts add rows, some collide.
+            return KEYS
+        return _values(col, col.name in self.small.get(t.name, set()), t.name)
+
+    def expr(self, t: TableInfo, col: str) -> str:
+        fk = self.fk_of.get((t.name, col))
+        if fk is not None and not t.column(col).not_null:
+            ref = quote_ident(fk.ref_columns[0])
+            return f"(SELECT {ref} FROM {fk.table.quoted} WHERE {ref} = %s)"
+        return "%s"
+
+    @st.composite
+    def insert(draw: st.DrawFn, self: _Gen, t: TableInfo) -> Statement:
+        cols = list(t.columns)
+        values = tuple(draw(self.value(t, c)) for c in cols)
+        names = ", ".join(quote_ident(c.name) for c in cols)
+        exprs = ", ".join(self.expr(t, c.name) for c in cols)
+        return Statement(
+            f"INSERT INTO {t.name.quoted} ({names}) VALUES ({exprs}) ON CONFLICT DO NOTHING", values
+        )
+
+    def _where(self, draw: st.DrawFn, t: TableInfo) -> tuple[str, tuple[Any, ...]]:
+        keys = tuple(draw(self.value(t, t.column(k)).filter(lambda v: v is not None)) for k in t.primary_key)
+        return " AND ".join(f"{quote_ident(k)} = %s" for k in t.primary_key), keys
+
+    @st.composite
+    def update(draw: st.DrawFn, self: _Gen, t: TableInfo) -> Statement | None:
+        others = [c for c in t.columns if c.name not in t.primary_key]
+        if not others:
+            return None
+        chosen = draw(st.lists(st.sampled_from(others), min_size=1, max_size=2, unique_by=lambda c: c.name))
+        sets = ", ".join(f"{quote_ident(c.name)} = {self.expr(t, c.name)}" for c in chosen)
+        values = tuple(draw(self.value(t, c)) for c in chosen)
+        where, keys = self._where(draw, t)
+        return Statement(f"UPDATE {t.name.quoted} SET {sets} WHERE {where}", values + keys)
+
+    @st.composite
+    def delete(draw: st.DrawFn, self: _Gen, t: TableInfo) -> Statement:
+        where, keys = self._where(draw, t)
+        return Statement(f"DELETE FROM {t.name.quoted} WHERE {where}", keys)
+
+    @st.composite
+    def move_key(draw: st.DrawFn, self: _Gen, t: TableInfo) -> Statement | None:
+        if len(t.primary_key) != 1:
+            return None
+        k = t.primary_key[0]
+        vals = self.value(t, t.column(k)).filter(lambda v: v is not None)
+        old, new = draw(vals), draw(vals)
+        q = quote_ident(k)
+        return Statement(
+            f"UPDATE {t.name.quoted} SET {q} = %s WHERE {q} = %s "
+            f"AND NOT EXISTS (SELECT 1 FROM {t.name.quoted} WHERE {q} = %s)",
+            (new, old, new),
+        )
+
+    @st.composite
+    def statement(draw: st.DrawFn, self: _Gen, source: str) -> Statement:
+        t = draw(st.sampled_from([t for t in self.tables if t.source == source]))
+        kind = draw(st.sampled_from(["insert", "insert", "update", "update", "delete", "move_key"]))
+        made = draw(getattr(self, kind)(t))
+        return made if made is not None else draw(self.insert(t))
+
+
+def _parents_first(tables: Sequence[TableInfo]) -> list[TableInfo]:
+    order: list[TableInfo] = []
+    by_name = {t.name: t for t in tables}
+
+    def visit(t: TableInfo, seen: set[QualifiedName]) -> None:
+        if t in order or t.name in seen:
+            return
+        for fk in t.foreign_keys:
+            if fk.table in by_name and fk.table != t.name:
+                visit(by_name[fk.table], seen | {t.name})
+        order.append(t)
+
+    for t in tables:
+        visit(t, set())
+    return order
+
+
+@st.composite
+def initial_rows(
+    draw: st.DrawFn, tables: Sequence[TableInfo], plans: Mapping[str, OutputPlan]
+) -> list[Statement]:
+    """Inserts for the snapshot: parents before children, enough rows that joins match."""
+    gen = _Gen(list(tables), small_columns(tables, plans))
+    out: list[Statement] = []
+    for t in _parents_first(tables):
+        out += draw(st.lists(gen.insert(t), min_size=2, max_size=8))
+    return out
+
+
+@st.composite
+def workloads(
+    draw: st.DrawFn,
+    tables: Sequence[TableInfo],
+    plans: Mapping[str, OutputPlan],
+    *,
+    max_transactions: int = 10,
+    max_statements: int = 4,
+) -> Workload:
+    gen = _Gen(list(tables), small_columns(tables, plans))
+    sources = sorted({t.source for t in tables})
+    txs = []
+    for _ in range(draw(st.integers(1, max_transactions))):
+        source = draw(st.sampled_from(sources))
+        stmts = draw(st.lists(gen.statement(source), min_size=1, max_size=max_statements))
+        txs.append(TxPlan(source, tuple(stmts), draw(st.sampled_from([False, False, False, False, True]))))
+    steps = sum(len(t.statements) + 1 for t in txs)
+    return Workload(
+        transactions=tuple(txs),
+        connections=draw(st.integers(1, 3)),
+        schedule=tuple(draw(st.lists(st.integers(0, 2), max_size=steps))),
+        triggers=frozenset(draw(st.sets(st.integers(1, len(txs)), max_size=3))),
+    )

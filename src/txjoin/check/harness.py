@@ -1,0 +1,323 @@
+"""Drive transactions through the whole pipeline and check every Delta version.
+
+One run (:func:`run_check`): capture starts on every source (its snapshot is
+the first recorded state), then the workload's transactions run on a few
+connections per source with their statements interleaved as the workload's
+schedule says, commits one at a time through the :class:`Oracle`. At the
+workload's trigger points the Spark query processes what the changelog
+holds (each trigger is also a restart from the checkpoint). At the end every
+version of every output is compared with the oracle at its cut, cuts must
+never go back, and the last version must equal the sources' current result.
+
+A statement that fails (a lock wait past ``lock_timeout``, a constraint)
+rolls its transaction back: rolled-back transactions must leave no trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+
+from txjoin.changelog import ChangelogReader
+from txjoin.check.oracle import Oracle, OracleOutput
+from txjoin.delta_sink import DeltaRsStore, DeltaStore
+from txjoin.errors import TxJoinError
+from txjoin.join.plan import OutputPlan
+from txjoin.pipeline import Pipeline
+from txjoin.runner import CaptureThreads
+from txjoin.spec import PipelineSpec
+from txjoin.verify.compare import compare_rows
+from txjoin.verify.replay import read_transactions
+
+__all__ = [
+    "CheckResult",
+    "Statement",
+    "TxPlan",
+    "Violation",
+    "Workload",
+    "check_versions",
+    "oracle_for",
+    "run_check",
+    "run_workload",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Statement:
+    sql: str
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class TxPlan:
+    source: str
+    statements: tuple[Statement, ...]
+    rollback: bool = False
+
+
+@dataclass(frozen=True)
+class Workload:
+    transactions: tuple[TxPlan, ...]
+    #: Connections per source running transactions at once.
+    connections: int = 1
+    #: Which open transaction takes the next step (modulo the open ones).
+    schedule: tuple[int, ...] = ()
+    #: Commit counts after which a micro-batch is triggered (one more at the end).
+    triggers: frozenset[int] = field(default_factory=frozenset)
+
+
+@dataclass
+class Violation:
+    output: str
+    version: int
+    cut: dict[str, Any]
+    detail: str
+
+    def __str__(self) -> str:
+        cut = ", ".join(f"{s} xid {c.get('xid')}" for s, c in sorted(self.cut.items()))
+        return f"{self.output} version {self.version} (cut {cut}): {self.detail}"
+
+
+@dataclass
+class CheckResult:
+    committed: int = 0
+    rolled_back: int = 0
+    versions: dict[str, int] = field(default_factory=dict)
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+@dataclass
+class _Open:
+    index: int
+    plan: TxPlan
+    step: int = 0
+    xid: int | None = None
+    changed: bool = False
+
+
+def run_workload(
+    dsns: Mapping[str, str],
+    workload: Workload,
+    oracle: Oracle,
+    on_commit: Callable[[int, list[tuple[str, int]]], None] | None = None,
+    *,
+    lock_timeout_ms: int = 100,
+) -> tuple[list[tuple[str, int]], int]:
+    """Run ``workload``; return (source, xid) of committed transactions that changed rows, and rollbacks."""
+    conns: dict[tuple[str, int], Any] = {}
+    for source, dsn in dsns.items():
+        for i in range(workload.connections):
+            c = psycopg2.connect(dsn)
+            with c.cursor() as cur:
+                # One thread drives every connection: a statement waiting for
+                # another's lock would wait forever, so it fails instead.
+                cur.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+            c.commit()
+            conns[(source, i)] = c
+    queue = list(enumerate(workload.transactions))
+    slots: dict[tuple[str, int], _Open] = {}
+    schedule = iter(workload.schedule)
+    committed: list[tuple[str, int]] = []
+    commits = rollbacks = 0
+    try:
+        while queue or slots:
+            for key in sorted(conns):
+                if key not in slots:
+                    nxt = next((q for q in queue if q[1].source == key[0]), None)
+                    if nxt is not None:
+                        queue.remove(nxt)
+                        slots[key] = _Open(*nxt)
+            if not slots:
+                raise TxJoinError(
+                    f"workload names sources without connections: {sorted({q[1].source for q in queue})}"
+                )
+            key = sorted(slots)[next(schedule, 0) % len(slots)]
+            tx, conn = slots[key], conns[key]
+            if tx.step < len(tx.plan.statements):
+                st = tx.plan.statements[tx.step]
+                try:
+                    with conn.cursor() as cur:
+                        if tx.xid is None:
+                            cur.execute("SELECT (txid_current() % 4294967296)::bigint")
+                            tx.xid = int(cur.fetchone()[0])
+                        cur.execute(st.sql, st.args)
+                        tx.changed |= cur.rowcount > 0 or st.sql.lstrip().upper().startswith("TRUNCATE")
+                except psycopg2.Error as e:
+                    log.debug("transaction %d rolled back: %s", tx.index, str(e).strip())
+                    conn.rollback()
+                    rollbacks += 1
+                    del slots[key]
+                    continue
+                tx.step += 1
+                continue
+            del slots[key]
+            if tx.plan.rollback:
+                conn.rollback()
+                rollbacks += 1
+                continue
+            assert tx.xid is not None
+            with oracle.commit(tx.plan.source, tx.xid):
+                conn.commit()
+            commits += 1
+            if tx.changed:
+                committed.append((tx.plan.source, tx.xid))
+            if on_commit is not None:
+                on_commit(commits, committed)
+    finally:
+        for c in conns.values():
+            c.close()
+    return committed, rollbacks
+
+
+def oracle_for(spec: PipelineSpec, plans: Mapping[str, OutputPlan]) -> Oracle:
+    outputs = []
+    for name, plan in plans.items():
+        tables: dict[str, list[Any]] = {}
+        for t in sorted(plan.tables):
+            tables.setdefault(spec.source_of(t).name, []).append(t)
+        outputs.append(OracleOutput(name, spec.outputs[name].sql, {s: tuple(ts) for s, ts in tables.items()}))
+    return Oracle({s.name: s.dsn for s in spec.sources.values()}, outputs)
+
+
+def _ends(changelog: Path, source: str) -> list[int]:
+    if not (changelog / f"{source}.transaction").exists():
+        return []
+    return [e.xid for e in read_transactions(ChangelogReader(changelog), source)]
+
+
+def _wait_for(changelog: Path, xids: list[tuple[str, int]], captures: CaptureThreads, timeout: float) -> None:
+    want: dict[str, set[int]] = {}
+    for s, x in xids:
+        want.setdefault(s, set()).add(x)
+    deadline = time.monotonic() + timeout
+    while True:
+        captures.check()
+        if all(w <= set(_ends(changelog, s)) for s, w in want.items()):
+            return
+        if time.monotonic() > deadline:
+            raise TxJoinError(
+                f"capture did not write {len(xids)} committed transactions within {timeout:.0f} s"
+            )
+        time.sleep(0.05)
+
+
+def check_versions(
+    plans: Mapping[str, OutputPlan], spec: PipelineSpec, oracle: Oracle, delta: DeltaStore | None = None
+) -> tuple[dict[str, int], list[Violation]]:
+    """Compare every Delta version of every output with the oracle at its cut."""
+    delta = delta or DeltaRsStore()
+    versions: dict[str, int] = {}
+    violations: list[Violation] = []
+    for name, plan in plans.items():
+        path = spec.outputs[name].path
+        if not delta.exists(path):
+            violations.append(Violation(name, -1, {}, f"no Delta table at {path}"))
+            continue
+        last: dict[str, int] = {}
+        history = delta.history(path)
+        versions[name] = len(history)
+        for commit in history:
+            cut = commit.cut
+            for s, c in cut.items():
+                if int(c["lsn"]) < last.get(s, -1):
+                    violations.append(
+                        Violation(name, commit.version, cut, f"the cut of source {s} went back")
+                    )
+                last[s] = int(c["lsn"])
+            if not oracle.known(name, cut):
+                violations.append(
+                    Violation(name, commit.version, cut, "its cut names a transaction never committed")
+                )
+                continue
+            got = delta.read(path, commit.version).to_pylist()
+            diff = compare_rows(
+                got,
+                oracle.expected(name, cut),
+                plan.columns,
+                json_columns=plan.json_columns,
+                unordered_columns=plan.unordered_columns,
+            )
+            if diff:
+                violations.append(
+                    Violation(
+                        name, commit.version, cut, "differs from the SQL on PostgreSQL:\n" + diff.describe()
+                    )
+                )
+    return versions, violations
+
+
+def run_check(
+    spec: PipelineSpec,
+    spark: Any,
+    workload: Workload,
+    *,
+    timeout: float = 120,
+    capture_overrides: Mapping[str, Any] | None = None,
+) -> CheckResult:
+    """One run of ``workload`` through capture, the pipeline and Delta, checked at every version."""
+    overrides = {"roll_interval": 0.02, "heartbeat_interval": 0.2, **(capture_overrides or {})}
+    captures = CaptureThreads(spec, **overrides)
+    result = CheckResult()
+    pipeline: Pipeline | None = None
+    oracle: Oracle | None = None
+    captures.start(timeout)
+    try:
+        pipeline = Pipeline(spec, spark)
+        oracle = oracle_for(spec, pipeline.plans)
+        for s in spec.sources:
+            oracle.record(s, _ends(spec.changelog, s)[0])  # the snapshot: nothing else commits now
+        p = pipeline
+
+        def trigger(commits: int, committed: list[tuple[str, int]]) -> None:
+            if commits in workload.triggers:
+                _wait_for(spec.changelog, committed, captures, timeout)
+                p.run_available()
+
+        committed, result.rolled_back = run_workload(
+            {s.name: s.dsn for s in spec.sources.values()}, workload, oracle, trigger
+        )
+        result.committed = len(committed)
+        _wait_for(spec.changelog, committed, captures, timeout)
+        pipeline.run_available()
+        result.versions, result.violations = check_versions(pipeline.plans, spec, oracle)
+        delta = DeltaRsStore()
+        for name, plan in pipeline.plans.items():
+            path = spec.outputs[name].path
+            if not delta.exists(path):
+                continue
+            diff = compare_rows(
+                delta.read(path).to_pylist(),
+                oracle.current(name),
+                plan.columns,
+                json_columns=plan.json_columns,
+                unordered_columns=plan.unordered_columns,
+            )
+            if diff:
+                last = delta.history(path)[-1]
+                result.violations.append(
+                    Violation(
+                        name,
+                        last.version,
+                        last.cut,
+                        "the last version differs from the source now:\n" + diff.describe(),
+                    )
+                )
+        return result
+    finally:
+        if pipeline is not None:
+            pipeline.close()
+        if oracle is not None:
+            oracle.close()
+        captures.stop()
