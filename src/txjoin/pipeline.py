@@ -70,6 +70,14 @@ class BatchStats:
     replayed: bool = False
     seconds: float = 0.0
     last_commit_ts_ms: dict[str, int] = field(default_factory=dict)  # source -> newest commit time seen
+    #: Seconds per stage: 'apply' (replicas + propagation), 'fetch' (closure rows),
+    #: 'recompute' (Spark SQL), 'commit' (Delta).
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def _add(self, stage: str, since: float) -> float:
+        now = time.monotonic()
+        self.timings[stage] = self.timings.get(stage, 0.0) + now - since
+        return now
 
 
 class Pipeline:
@@ -259,7 +267,9 @@ class Pipeline:
                 }
                 if prev and int(prev["lsn"]) > int(last["commit_lsn"]):
                     raise ChangelogError(f"source {source!s}: released commit LSN went backwards")
+            t0 = time.monotonic()
             affected = self._apply(changes, cuts)
+            stats._add("apply", t0)
             store.commit(batch_id, affected, cuts)
             crash_point("after-replica-commit")
         for source, cut in cuts.items():
@@ -376,8 +386,11 @@ class Pipeline:
             if done is not None and done >= batch_id:
                 continue  # this batch's commit is already there (a replay)
             keys = None if parts is None else {encode(p) for p in parts}
+            t0 = time.monotonic()
             rows = closure(plan, self.store, keys)
+            t0 = stats._add("fetch", t0)
             result = self.engine.run(plan, rows)
+            t0 = stats._add("recompute", t0)
             if keys is not None:
                 result = _only_partitions(plan, result, keys)
             _check_unique(plan, result)
@@ -392,6 +405,7 @@ class Pipeline:
                 batch=batch_id,
                 app_id=app_id,
             )
+            stats._add("commit", t0)
             stats.commits[name] = version
             self._published[name] = (cut, now)
             crash_point("after-output-commit")
