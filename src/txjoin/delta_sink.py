@@ -17,9 +17,11 @@ Each output commit is ONE Delta commit (a MERGE) that
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +43,8 @@ class Commit:
     cut: dict[str, Any]
     batch: int | None
     operation: str
+    #: When the commit was written (ms since the epoch, from the Delta log).
+    timestamp_ms: int = 0
 
 
 class DeltaStore(Protocol):
@@ -74,24 +78,38 @@ class DeltaStore(Protocol):
     def exists(self, path: Path) -> bool: ...
 
 
+class _NoLiteral(Exception):
+    """A partition value with no SQL literal form (bytes, arrays): use a MERGE instead."""
+
+
 def sql_literal(v: Any) -> str:
-    """A DataFusion SQL literal for a partition value."""
+    """A DataFusion SQL literal for a partition value (as Python gives it)."""
     if v is None:
         return "NULL"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int | float):
         return repr(v)
-    return "'" + str(v).replace("'", "''") + "'"
+    if isinstance(v, Decimal):
+        return str(v)
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.UTC).replace(tzinfo=None)
+        return f"CAST('{v.isoformat()}' AS TIMESTAMP)"
+    if isinstance(v, dt.date):
+        return f"CAST('{v.isoformat()}' AS DATE)"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    raise _NoLiteral(type(v).__name__)
 
 
 def _quote(col: str) -> str:
     return '"' + col.replace('"', '""') + '"'
 
 
-def _partition_predicate(cols: Sequence[str], partitions: Sequence[Sequence[Any]]) -> str:
+def _partition_predicate(cols: Sequence[str], partitions: Sequence[Sequence[Any]], prefix: str = "") -> str:
     if len(cols) == 1:
-        col = f"t.{_quote(cols[0])}"
+        col = f"{prefix}{_quote(cols[0])}"
         values = ", ".join(sql_literal(p[0]) for p in partitions if p[0] is not None)
         terms = [f"{col} IN ({values})"] if values else []
         if any(p[0] is None for p in partitions):
@@ -100,15 +118,50 @@ def _partition_predicate(cols: Sequence[str], partitions: Sequence[Sequence[Any]
     ors = []
     for p in partitions:
         ands = " AND ".join(
-            f"t.{_quote(c)} IS NULL" if v is None else f"t.{_quote(c)} = {sql_literal(v)}"
+            f"{prefix}{_quote(c)} IS NULL" if v is None else f"{prefix}{_quote(c)} = {sql_literal(v)}"
             for c, v in zip(cols, p, strict=True)
         )
         ors.append(f"({ands})")
     return " OR ".join(ors)
 
 
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list | tuple):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def _sorted(rows: pa.Table, cols: Sequence[str]) -> pa.Table:
+    """Rows in partition order, so each file holds a narrow range of keys."""
+    if not cols or rows.num_rows < 2:
+        return rows
+    try:
+        return rows.sort_by([(c, "ascending") for c in cols])
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return rows
+
+
 class DeltaRsStore:
-    """:class:`DeltaStore` on delta-rs."""
+    """:class:`DeltaStore` on delta-rs.
+
+    A batch's partitions are replaced with one overwrite whose predicate
+    selects them (delete them, add the recomputed rows, one commit): with
+    rows sorted by partition and files of ``file_bytes``, only the files
+    holding changed partitions are rewritten. Measured on 1M output rows,
+    200 partitions: 0.04 s, against 0.25 s for the equivalent MERGE
+    (bench/RESULTS.md). Partition values without a literal form (bytes,
+    arrays) fall back to a MERGE.
+
+    Every ``compact_after`` small files, they are compacted into files of
+    ``file_bytes``, in a commit carrying the same cut (its rows are
+    unchanged).
+    """
+
+    def __init__(self, file_bytes: int = 2 << 20, compact_after: int = 32) -> None:
+        self.file_bytes = file_bytes
+        self.compact_after = compact_after
 
     def exists(self, path: Path) -> bool:
         from deltalake import DeltaTable
@@ -141,30 +194,36 @@ class DeltaRsStore:
             custom_metadata={CUT_KEY: json.dumps(cut, sort_keys=True), BATCH_KEY: str(batch)},
             app_transactions=[Transaction(app_id=app_id, version=batch)],
         )
+        rows = _sorted(rows, partition_cols or key)
         try:
             if partitions is None:
                 # Every partition: one overwrite (also creates the table, or
                 # replaces it when the output's SQL changed its columns).
                 if self.exists(path):
                     write_deltalake(
-                        str(path), rows, mode="overwrite", schema_mode="overwrite", commit_properties=props
-                    )
+                        str(path), rows, mode="overwrite", schema_mode="overwrite",
+                        target_file_size=self.file_bytes, commit_properties=props,
+                    )  # fmt: skip
                 else:
-                    write_deltalake(str(path), rows, mode="append", commit_properties=props)
+                    write_deltalake(
+                        str(path),
+                        rows,
+                        mode="append",
+                        target_file_size=self.file_bytes,
+                        commit_properties=props,
+                    )
                 return int(DeltaTable(str(path)).version())
-            dt = DeltaTable(str(path))
-            # Parenthesized: DataFusion's parser binds AND tighter than IS NOT DISTINCT FROM.
-            predicate = " AND ".join(f"(t.{_quote(k)} IS NOT DISTINCT FROM s.{_quote(k)})" for k in key)
-            merger = dt.merge(
-                source=rows, predicate=predicate, source_alias="s", target_alias="t", commit_properties=props
-            )
-            merger = merger.when_matched_update_all().when_not_matched_insert_all()
-            if partitions:
-                merger = merger.when_not_matched_by_source_delete(
-                    predicate=_partition_predicate(partition_cols, partitions)
-                )
-            merger.execute()
-            return int(DeltaTable(str(path)).version())
+            try:
+                predicate = _partition_predicate(partition_cols, partitions)
+            except _NoLiteral:
+                return self._rewrite_all(path, rows, partition_cols, partitions, props)
+            write_deltalake(
+                str(path), rows, mode="overwrite", predicate=predicate,
+                target_file_size=self.file_bytes, commit_properties=props,
+            )  # fmt: skip
+            version = int(DeltaTable(str(path)).version())
+            self._maybe_compact(path, cut, batch)
+            return version
         except Exception as e:  # delta-rs raises its own exception types
             raise SinkError(
                 f"could not commit batch {batch} to Delta table {path}: {e}. Nothing was committed for this "
@@ -172,6 +231,43 @@ class DeltaRsStore:
                 path=str(path),
                 batch=batch,
             ) from e
+
+    def _rewrite_all(
+        self,
+        path: Path,
+        rows: pa.Table,
+        partition_cols: Sequence[str],
+        partitions: Sequence[Sequence[Any]],
+        props: Any,
+    ) -> int:
+        """Replace partitions that have no SQL literal (bytes, arrays) by rewriting the table.
+
+        Slow (the whole table), but exact; such partition keys are rare.
+        """
+        from deltalake import DeltaTable, write_deltalake
+
+        old = DeltaTable(str(path)).to_pyarrow_table()
+        wanted = {_hashable(tuple(p)) for p in partitions}
+        cols = old.select(list(partition_cols)).to_pylist()
+        keep = pa.array([_hashable(tuple(r.values())) not in wanted for r in cols], type=pa.bool_())
+        merged = pa.concat_tables([old.filter(keep), rows.cast(old.schema)])
+        write_deltalake(
+            str(path), _sorted(merged, partition_cols), mode="overwrite",
+            target_file_size=self.file_bytes, commit_properties=props,
+        )  # fmt: skip
+        return int(DeltaTable(str(path)).version())
+
+    def _maybe_compact(self, path: Path, cut: dict[str, Any], batch: int) -> None:
+        from deltalake import CommitProperties, DeltaTable
+
+        dt = DeltaTable(str(path))
+        sizes = dt.get_add_actions(flatten=True).column("size_bytes").to_pylist()
+        if sum(1 for s in sizes if s < self.file_bytes // 2) < self.compact_after:
+            return
+        props = CommitProperties(
+            custom_metadata={CUT_KEY: json.dumps(cut, sort_keys=True), BATCH_KEY: str(batch)}
+        )
+        dt.optimize.compact(target_size=self.file_bytes, commit_properties=props)
 
     def advance(self, path: Path, *, cut: dict[str, Any], batch: int, app_id: str) -> int:
         from deltalake import CommitProperties, DeltaTable, Transaction
@@ -199,7 +295,9 @@ class DeltaRsStore:
         for h in DeltaTable(str(path)).history():
             cut = json.loads(h[CUT_KEY]) if CUT_KEY in h else {}
             batch = int(h[BATCH_KEY]) if BATCH_KEY in h else None
-            out.append(Commit(int(h["version"]), cut, batch, str(h.get("operation", ""))))
+            out.append(
+                Commit(int(h["version"]), cut, batch, str(h.get("operation", "")), int(h.get("timestamp", 0)))
+            )
         return sorted(out, key=lambda c: c.version)
 
     def read(self, path: Path, version: int | None = None) -> pa.Table:

@@ -33,6 +33,7 @@ import pandas as pd
 from txjoin import errors
 from txjoin.assemble.buffer import AssemblerConfig
 from txjoin.assemble.spark import assemble_stream
+from txjoin.capture.values import from_debezium
 from txjoin.decode import ChangelogInput, read_events
 from txjoin.delta_sink import DeltaRsStore, DeltaStore
 from txjoin.errors import ChangelogError, SchemaChangeError, TxJoinError
@@ -94,7 +95,9 @@ class Pipeline:
     ) -> None:
         self.spec = spec
         self.spark = spark
-        self.delta = delta or DeltaRsStore()
+        self.delta = delta or DeltaRsStore(
+            file_bytes=spec.options.output_file_bytes, compact_after=spec.options.compact_after_files
+        )
         self.on_batch = on_batch
         if schemas is None:
             schemas = {}
@@ -400,7 +403,7 @@ class Pipeline:
                 result,
                 key=plan.key,
                 partition_cols=plan.partition_cols,
-                partitions=parts,
+                partitions=None if parts is None else self._typed(plan, parts),
                 cut=cut,
                 batch=batch_id,
                 app_id=app_id,
@@ -411,6 +414,13 @@ class Pipeline:
             crash_point("after-output-commit")
             stats.partitions[name] = -1 if parts is None else len(parts)
         self._advance_idle(batch_id, affected, cuts, stats, now)
+
+    def _typed(self, plan: OutputPlan, parts: list[list[Any]]) -> list[list[Any]]:
+        """Partition values as Python values of their column types (from Debezium's JSON)."""
+        schema = self.schemas[plan.aliases[plan.anchor].name]
+        types = dict(schema.columns)
+        ctypes = [types[c] for c in plan.anchor_cols]
+        return [[from_debezium(v, t) for v, t in zip(p, ctypes, strict=True)] for p in parts]
 
     def _advance_idle(
         self,

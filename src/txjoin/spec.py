@@ -81,6 +81,11 @@ class Options:
     #: Seconds between commits that only move an unchanged output to a newer
     #: cut (so readers see its freshness and a quiet source converges).
     idle_commit_interval: float = 2.0
+    #: Target size of output Delta files: a batch rewrites only the files
+    #: holding changed partitions, so smaller files mean cheaper commits.
+    output_file_bytes: int = 2 << 20
+    #: Compact an output's small files once there are this many.
+    compact_after_files: int = 32
     #: Spark local cores.
     spark_cores: int = 2
 
@@ -185,7 +190,10 @@ def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | N
     return PipelineSpec(name, spec_path, state_dir, sources, outputs, options)
 
 
-def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
+def load_spec(
+    path: str | os.PathLike[str], *, state_dir: str | os.PathLike[str] | None = None
+) -> PipelineSpec:
+    """Load and check a spec file; ``state_dir`` overrides the file's."""
     p = Path(path)
     try:
         raw = tomllib.loads(p.read_text())
@@ -193,4 +201,6 @@ def load_spec(path: str | os.PathLike[str]) -> PipelineSpec:
         raise ConfigError(f"pipeline spec {p} does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"pipeline spec {p} is not valid TOML: {e}") from None
+    if state_dir is not None:
+        raw["state_dir"] = str(Path(state_dir).absolute())
     return build_spec(raw, p.parent.absolute(), str(p), p)

@@ -21,7 +21,7 @@ import pytest
 
 from tests.support.capture import execute
 from tests.support.pg import drop_database
-from tests.support.profiles import examples
+from tests.support.profiles import THOROUGH, examples
 from txjoin.check.suite import check_spec
 from txjoin.pg.embedded import EmbeddedPostgres
 from txjoin.spec import build_spec
@@ -84,11 +84,13 @@ def _run(
             create_database=server.create_database,
             drop_database=lambda n: drop_database(server, n),
             examples=examples(ci=8, thorough=60),
+            seed=None if THOROUGH else 3,  # make test: the same examples every run
         )
         assert result.ok, result.failure
         assert result.examples >= examples(ci=8, thorough=60)
-        assert result.versions > result.examples  # snapshots and later transactions
+        # Not vacuous: transactions committed, and outputs changed after their snapshot.
         assert result.committed > 0
+        assert any(max(r.versions.values()) >= 2 for r in result.results)
     finally:
         drop_database(server, db)
 

@@ -344,5 +344,5 @@ def workloads(
         transactions=tuple(txs),
         connections=draw(st.integers(1, 3)),
         schedule=tuple(draw(st.lists(st.integers(0, 2), max_size=steps))),
-        triggers=frozenset(draw(st.sets(st.integers(1, len(txs)), max_size=3))),
+        triggers=frozenset(draw(st.sets(st.integers(0, len(txs)), max_size=3))),
     )

@@ -70,7 +70,8 @@ class Workload:
     connections: int = 1
     #: Which open transaction takes the next step (modulo the open ones).
     schedule: tuple[int, ...] = ()
-    #: Commit counts after which a micro-batch is triggered (one more at the end).
+    #: Commit counts after which a micro-batch is triggered (one more at the end;
+    #: 0: right after the snapshot, before any transaction).
     triggers: frozenset[int] = field(default_factory=frozenset)
 
 
@@ -278,6 +279,8 @@ def run_check(
         oracle = oracle_for(spec, pipeline.plans)
         for s in spec.sources:
             oracle.record(s, _ends(spec.changelog, s)[0])  # the snapshot: nothing else commits now
+        if 0 in workload.triggers:
+            pipeline.run_available()
         p = pipeline
 
         def trigger(commits: int, committed: list[tuple[str, int]]) -> None:
