@@ -1,0 +1,400 @@
+"""``txjoin scenario run``: one scenario end to end, checked at every version.
+
+1. A fresh database per source (and one for the naive baseline) on the
+   embedded PostgreSQL, or on the server ``--dsn`` names; the scenario's
+   schema and seed data.
+2. Capture for every source, the Spark pipeline (streaming), the naive
+   baseline, and the oracle.
+3. Several concurrent clients run the workload; every commit is recorded
+   by the oracle.
+4. Once the outputs have caught up with the last commit, everything stops
+   and every Delta version of every output is compared with the SQL on
+   PostgreSQL at its cut (and with the scenario's invariants); the naive
+   baseline's versions are checked too, and its torn ones counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+
+from txjoin.changelog import ChangelogReader
+from txjoin.check.harness import check_versions, oracle_for
+from txjoin.check.oracle import Oracle
+from txjoin.delta_sink import DeltaRsStore
+from txjoin.errors import SourceError, TxJoinError
+from txjoin.join.plan import OutputPlan
+from txjoin.pg.names import quote_ident
+from txjoin.pipeline import Pipeline
+from txjoin.runner import CaptureThreads
+from txjoin.scenario.definition import Scenario
+from txjoin.scenario.naive import NaiveBaseline, applied_transactions
+from txjoin.scenario.workload import Clients, Committed
+from txjoin.spec import PipelineSpec, load_spec
+from txjoin.verify.compare import normalize
+from txjoin.verify.replay import TxEnd, read_transactions
+
+__all__ = ["Report", "run_scenario"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Report:
+    scenario: str
+    transactions: int = 0
+    aborted: int = 0
+    events: int = 0
+    versions_checked: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    naive_versions: int = 0
+    naive_torn: int = 0
+    naive_invariant_violations: int = 0
+    latency_p50_s: float | None = None
+    latency_p99_s: float | None = None
+    events_per_s: float = 0.0
+    seconds: float = 0.0
+    outputs: dict[str, str] = field(default_factory=dict)
+    naive_outputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return json.dumps(d, indent=2)
+
+    def render(self) -> str:
+        lat = (
+            "n/a"
+            if self.latency_p50_s is None
+            else f"p50 {self.latency_p50_s:.2f} s, p99 {self.latency_p99_s:.2f} s"
+        )
+        checked = sum(self.versions_checked.values())
+        lines = [
+            f"scenario {self.scenario}: {'OK' if self.ok else 'VIOLATIONS'}",
+            f"  transactions committed     {self.transactions:,} ({self.aborted:,} rolled back and retried)",
+            f"  change events              {self.events:,} ({self.events_per_s:,.0f} events/s)",
+            f"  txjoin Delta versions      {checked:,} checked against PostgreSQL at their cuts: "
+            f"{len(self.violations)} violations",
+            f"  naive baseline versions    {self.naive_versions:,}: {self.naive_torn:,} torn "
+            f"(equal to the SQL at no commit of the source)"
+            + (
+                f", {self.naive_invariant_violations:,} break the invariants"
+                if self.naive_invariant_violations
+                else ""
+            ),
+            f"  commit-to-visible latency  {lat}",
+        ]
+        for v in self.violations[:10]:
+            lines.append(f"  VIOLATION: {v}")
+        lines.append("  output Delta tables:")
+        for name, path in sorted(self.outputs.items()):
+            lines.append(f"    {name}: {path}")
+        lines.append("  naive baseline's Delta tables (torn versions included):")
+        for name, path in sorted(self.naive_outputs.items()):
+            lines.append(f"    {name}: {path}")
+        return "\n".join(lines)
+
+
+# -- databases --------------------------------------------------------------------
+
+
+class _Databases:
+    """Fresh databases on one server: the embedded PostgreSQL, or ``dsn``'s."""
+
+    def __init__(self, home: Path, dsn: str | None) -> None:
+        self.home = home
+        self.admin_dsn = dsn
+        self.server: Any = None
+
+    def start(self) -> None:
+        if self.admin_dsn is not None:
+            return
+        from txjoin.pg.embedded import EmbeddedPostgres
+
+        data = self.home / "pg"
+        self.server = EmbeddedPostgres(data)
+        if not self.server.status().running:
+            log.info("starting the embedded PostgreSQL in %s", data)
+            self.server.start()
+        self.admin_dsn = self.server.dsn()
+
+    def create(self, name: str) -> str:
+        assert self.admin_dsn is not None
+        conn = psycopg2.connect(self.admin_dsn)
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE database = %s AND NOT active",
+                    (name,),
+                )
+                cur.execute(f"DROP DATABASE IF EXISTS {quote_ident(name)} WITH (FORCE)")
+                cur.execute(f"CREATE DATABASE {quote_ident(name)}")
+        except psycopg2.Error as e:
+            raise SourceError(
+                f"could not create database {name} for the scenario: {str(e).strip()}. The role needs "
+                "CREATEDB and REPLICATION (see docker-compose.yml)"
+            ) from None
+        finally:
+            conn.close()
+        return psycopg2.extensions.make_dsn(self.admin_dsn, dbname=name)
+
+
+# -- checks -----------------------------------------------------------------------
+
+
+def _rows_key(rows: list[dict[str, Any]], plan: OutputPlan) -> frozenset[tuple[Any, int]]:
+    from collections import Counter
+
+    c = Counter(
+        tuple(
+            normalize(r.get(col), json_text=col in plan.json_columns, unordered=col in plan.unordered_columns)
+            for col in plan.columns
+        )
+        for r in rows
+    )
+    return frozenset(c.items())
+
+
+def _naive_torn(
+    naive: NaiveBaseline,
+    plans: dict[str, OutputPlan],
+    oracle: Oracle,
+    ends: dict[str, list[TxEnd]],
+    invariants: Callable[[str, list[dict[str, Any]]], str | None] | None,
+) -> tuple[int, int, int]:
+    """(versions, torn, invariant violations) of the naive baseline."""
+    delta = DeltaRsStore()
+    states: dict[str, set[frozenset[tuple[Any, int]]]] = {}
+    torn = broken = 0
+    for v in naive.versions:
+        plan = plans[v.output]
+        rows = delta.read(naive.delta_root / v.output, v.version).to_pylist()
+        if invariants is not None and invariants(v.output, rows) is not None:
+            broken += 1
+        key = _rows_key(rows, plan)
+        out = oracle.outputs[v.output]
+        if len(out.sources) == 1:
+            if v.output not in states:
+                states[v.output] = {_rows_key(r, plan) for r in oracle.results[v.output].values()}
+            torn += key not in states[v.output]
+            continue
+        # Several sources: a state the sources really had is, per source, a
+        # prefix of whole transactions; compare with the SQL at the largest one.
+        cut: dict[str, dict[str, Any]] = {}
+        whole = True
+        for s in out.sources:
+            floor, _ceiling, w = applied_transactions(naive.changelog, v.offsets, s)
+            whole &= w
+            cut[s] = {"xid": ends[s][max(floor, 1) - 1].xid}
+        if whole:
+            continue
+        if not oracle.known(v.output, cut) or key != _rows_key(oracle.expected(v.output, cut), plan):
+            torn += 1
+    return len(naive.versions), torn, broken
+
+
+def _latency(
+    committed: list[Committed],
+    ends: dict[str, list[TxEnd]],
+    plans: dict[str, OutputPlan],
+    spec: PipelineSpec,
+) -> list[float]:
+    delta = DeltaRsStore()
+    histories = {name: delta.history(spec.outputs[name].path) for name in plans}
+    by_xid = {(s, e.xid): e for s, es in ends.items() for e in es}
+    out = []
+    for c in committed:
+        end = by_xid.get((c.source, c.xid))
+        if end is None:
+            continue  # changed nothing
+        touched = set(end.counts)
+        for name, plan in plans.items():
+            if not touched & {str(t) for t in plan.tables}:
+                continue
+            for commit in histories[name]:
+                if int(commit.cut.get(c.source, {}).get("lsn", -1)) >= end.end_lsn:
+                    out.append(max(0.0, commit.timestamp_ms / 1000 - c.at))
+                    break
+    return out
+
+
+# -- the run ------------------------------------------------------------------------
+
+
+def run_scenario(
+    scenario: Scenario,
+    *,
+    spark_factory: Callable[[PipelineSpec], Any],
+    home: Path,
+    txs: int | None = None,
+    seconds: float | None = None,
+    clients: int | None = None,
+    dsn: str | None = None,
+    status: Callable[[str], None] | None = None,
+    converge_timeout: float = 180,
+) -> Report:
+    home = home.absolute()
+    work = home / "scenarios" / scenario.name
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    dbs = _Databases(home, dsn)
+    dbs.start()
+    env = scenario.dsn_env()
+    saved = {k: os.environ.get(k) for k in env.values()}
+    dsns = {}
+    for source, schema in scenario.schemas.items():
+        d = dbs.create(f"txjoin_{scenario.name}_{source}")
+        conn = psycopg2.connect(d)
+        with conn.cursor() as cur:
+            cur.execute(schema.read_text())
+        conn.commit()
+        conn.close()
+        dsns[source] = d
+    naive_dsn = dbs.create(f"txjoin_{scenario.name}_naive")
+    try:
+        for source, var in env.items():
+            os.environ[var] = dsns[source]
+        spec = load_spec(scenario.spec_path, state_dir=work / "state")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    report = Report(scenario.name)
+    captures = CaptureThreads(spec)
+    captures.start()
+    spark = spark_factory(spec)
+    pipeline = Pipeline(spec, spark)
+    oracle = oracle_for(spec, pipeline.plans)
+    naive: NaiveBaseline | None = None
+    progress_stop = threading.Event()
+    try:
+        for s in spec.sources:
+            oracle.record(s, read_transactions(ChangelogReader(spec.changelog), s)[0].xid)
+        pipeline.start()
+        naive = NaiveBaseline(
+            spec.changelog,
+            {name: list(s.tables) for name, s in spec.sources.items()},
+            {name: o.sql for name, o in spec.outputs.items()},
+            naive_dsn,
+            work / "naive",
+        )
+        naive.start()
+        run = Clients(
+            dsns,
+            scenario.workload,
+            oracle,
+            n=clients or scenario.clients,
+            txs=txs if txs is not None or seconds is not None else scenario.txs,
+            seconds=seconds,
+        )
+        if status is not None:
+            threading.Thread(
+                target=_progress, args=(status, progress_stop, run, pipeline, naive, captures), daemon=True
+            ).start()
+        run.run()
+        _converge(spec, pipeline, captures, converge_timeout)
+        finished = time.time()
+        pipeline.stop()
+        naive.finish()
+    finally:
+        progress_stop.set()
+        pipeline.close()
+        if naive is not None:
+            naive.stop()
+        captures.stop()
+    ends = {s: read_transactions(ChangelogReader(spec.changelog), s) for s in spec.sources}
+    report.transactions = len(run.committed)
+    report.aborted = run.aborted
+    report.events = sum(e.event_count for es in ends.values() for e in es[1:])
+    report.seconds = finished - run.started
+    report.events_per_s = report.events / report.seconds if report.seconds > 0 else 0.0
+    versions, violations = check_versions(pipeline.plans, spec, oracle)
+    report.versions_checked = versions
+    report.violations = [str(v) for v in violations]
+    if scenario.invariants is not None:
+        delta = DeltaRsStore()
+        for name in pipeline.plans:
+            for commit in delta.history(spec.outputs[name].path):
+                problem = scenario.invariants(
+                    name, delta.read(spec.outputs[name].path, commit.version).to_pylist()
+                )
+                if problem is not None:
+                    report.violations.append(f"{name} version {commit.version}: invariant broken: {problem}")
+    report.naive_versions, report.naive_torn, report.naive_invariant_violations = _naive_torn(
+        naive, pipeline.plans, oracle, ends, scenario.invariants
+    )
+    lat = _latency(run.committed, ends, pipeline.plans, spec)
+    if lat:
+        report.latency_p50_s = statistics.median(lat)
+        report.latency_p99_s = sorted(lat)[min(len(lat) - 1, int(len(lat) * 0.99))]
+    report.outputs = {n: str(o.path) for n, o in spec.outputs.items()}
+    report.naive_outputs = {n: str(p) for n, p in naive.paths().items()}
+    oracle.close()
+    return report
+
+
+def _converge(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureThreads, timeout: float) -> None:
+    """Wait until every output's last version covers each source's last transaction."""
+    delta = DeltaRsStore()
+    deadline = time.monotonic() + timeout
+    while True:
+        captures.check()
+        pipeline.check()
+        last = {s: read_transactions(ChangelogReader(spec.changelog), s)[-1].end_lsn for s in spec.sources}
+        done = True
+        for out in spec.outputs.values():
+            if not delta.exists(out.path):
+                done = False
+                break
+            cut = delta.history(out.path)[-1].cut
+            if any(int(cut.get(s, {}).get("lsn", -1)) < last[s] for s in cut):
+                done = False
+                break
+        if done:
+            return
+        if time.monotonic() > deadline:
+            raise TxJoinError(
+                f"the outputs did not catch up with the sources within {timeout:.0f} s: "
+                "see the pipeline's log"
+            )
+        time.sleep(0.2)
+
+
+def _progress(
+    status: Callable[[str], None],
+    stop: threading.Event,
+    run: Clients,
+    pipeline: Pipeline,
+    naive: NaiveBaseline,
+    captures: CaptureThreads,
+) -> None:
+    while not stop.wait(2.0):
+        events = sum(c.stats.events for c in captures.captures.values())
+        batches = len(pipeline.history)
+        commits = sum(len(b.commits) for b in pipeline.history)
+        status(
+            f"committed {len(run.committed):,} transactions ({run.aborted} retried), "
+            f"captured {events:,} events; pipeline: {batches} micro-batches, {commits} Delta commits; "
+            f"naive: {len(naive.versions)} versions"
+        )
