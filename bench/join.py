@@ -234,8 +234,8 @@ def main() -> None:
             base = results[0]["batch"].median
             print(f"\n== {pattern} changes ==")
             print(f"{'rows':>9} | {'incremental s/batch':>36} | {'x vs ' + str(sizes[0]):>10} | "
-                  f"{'full recompute, Spark on Parquet':>36} | {'ratio':>6} | {'rebuild from replicas':>22} | "
-                  f"{'ratio':>6} | stages of a batch (s)")  # fmt: skip
+                  f"{'full recompute, Spark on Parquet':>36} | {'ratio':>6} | "
+                  f"{'rebuild from replicas':>22} | {'ratio':>6} | stages of a batch (s)")  # fmt: skip
             for r in results:
                 stages = ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["stages"].items()))
                 inc = r["batch"].median
