@@ -504,3 +504,21 @@ def test_readers_racing_a_writer_see_contiguous_prefixes(tmp_path: Path) -> None
         proc.kill()
         proc.communicate()
     assert seen["a"] > 0
+
+
+def test_writers_of_different_sources_share_a_directory(tmp_path: Path) -> None:
+    a = SegmentChangelog(tmp_path, source="a")
+    b = SegmentChangelog(tmp_path, source="b")
+    a.append("a.public.t", b'{"x":1}')
+    b.append("b.public.t", b'{"y":1}')
+    a.flush()
+    b.flush()
+    assert [v for _, v in ChangelogReader(tmp_path).read("a.public.t")] == [b'{"x":1}']
+    assert [v for _, v in ChangelogReader(tmp_path).read("b.public.t")] == [b'{"y":1}']
+    # A writer owns its own source's topics only, and one writer per source.
+    with pytest.raises(ChangelogError, match="owns the topics of source 'a'"):
+        a.append("b.public.t", b'{"z":1}')
+    with pytest.raises(ChangelogError, match="already being written"):
+        SegmentChangelog(tmp_path, source="a")
+    a.close()
+    b.close()

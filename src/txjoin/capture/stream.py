@@ -171,7 +171,9 @@ class Capture:
         self.config = config
         self.where = admin.describe_dsn(config.dsn)
         self._writer_given = writer is not None
-        self.writer: ChangelogWriter = writer if writer is not None else SegmentChangelog(config.changelog)
+        self.writer: ChangelogWriter = (
+            writer if writer is not None else SegmentChangelog(config.changelog, source=config.prefix)
+        )
         self.stats = CaptureStats()
         self.source = envelope.SourceInfo(name=config.prefix, db="")
         self._rels: dict[int, _Rel] = {}

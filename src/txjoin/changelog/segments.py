@@ -4,6 +4,8 @@ Layout (docs/design.md, "Changelog layout")::
 
     <root>/<topic>/<first:020d>-<last:020d>.jsonl   records first..last, one per line
     <root>/_writer.lock                              held by the one writer (its pid inside)
+    <root>/_writer.<source>.lock                     or, one writer per source, each owning
+                                                     the topics of its source only
     <root>/_*/                                       metadata of other components, not topics
 
 Capture writes through :class:`ChangelogWriter`; :class:`SegmentChangelog` is its
@@ -241,14 +243,18 @@ def _check_value(topic: str, value: bytes) -> None:
 
 
 class SegmentChangelog:
-    """The writer of an embedded changelog directory; one per directory at a time.
+    """The writer of an embedded changelog directory; one per directory at a time,
+    or, given ``source``, one per source: it then owns only that source's topics
+    (``<source>.*`` and ``__debezium-heartbeat.<source>``), so the captures of
+    several databases can share one changelog.
 
     ``append`` only buffers; ``flush`` writes one new segment per topic with
     pending records. Not thread-safe.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], source: str | None = None) -> None:
         self.root = Path(root)
+        self.source = source
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -262,6 +268,8 @@ class SegmentChangelog:
             self._next: dict[str, int] = {}
             self._dirs: set[str] = set()  # topic directories known to exist
             for topic in _topics(self.root):
+                if not self._owns(topic):
+                    continue  # another source's writer cleans and extends it
                 self._dirs.add(topic)
                 segs = _scan_topic(self.root, topic, clean=True, attempts=1)
                 self._next[topic] = segs[-1].last + 1 if segs else 0
@@ -274,8 +282,12 @@ class SegmentChangelog:
         self._oldest = 0.0  # monotonic time of the oldest pending append; 0.0 if none
         self._closed = False
 
+    def _owns(self, topic: str) -> bool:
+        s = self.source
+        return s is None or topic.startswith(s + ".") or topic == f"__debezium-heartbeat.{s}"
+
     def _lock(self) -> int:
-        path = self.root / LOCK_FILE
+        path = self.root / (LOCK_FILE if self.source is None else f"_writer.{self.source}.lock")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -284,8 +296,8 @@ class SegmentChangelog:
             os.close(fd)
             raise ChangelogError(
                 f"changelog {self.root} is already being written by process {holder} (it holds "
-                f"the lock {path}): run one capture per changelog directory; stop the other one "
-                "or give this one another directory",
+                f"the lock {path}): run one capture per changelog directory and source; stop the "
+                "other one or give this one another directory",
                 path=str(self.root),
                 pid=holder,
             ) from None
@@ -320,6 +332,12 @@ class SegmentChangelog:
                 topic=topic,
             )
         validate_topic(topic)
+        if not self._owns(topic):
+            raise ChangelogError(
+                f"this writer of {self.root} owns the topics of source {self.source!r}, not {topic}",
+                path=str(self.root),
+                topic=topic,
+            )
         buf: list[bytes] = []
         self._pending[topic] = buf
         self._next.setdefault(topic, 0)

@@ -40,6 +40,8 @@ class Scenario:
     schemas: dict[str, Path]
     clients: int
     txs: int
+    #: Transactions per second over all clients.
+    rate: float
     workload: Callable[..., Any]
     invariants: Callable[[str, list[dict[str, Any]]], str | None] | None
 
@@ -125,6 +127,7 @@ def load_scenario(name: str, extra: str | os.PathLike[str] | None = None) -> Sce
         schemas=schemas,
         clients=int(wl.get("clients", 4)),
         txs=int(wl.get("txs", 300)),
+        rate=float(wl.get("rate", 25)),
         workload=mod.transactions,
         invariants=inv,
     )

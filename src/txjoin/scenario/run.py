@@ -66,6 +66,9 @@ class Report:
     latency_p99_s: float | None = None
     events_per_s: float = 0.0
     seconds: float = 0.0
+    micro_batches: int = 0
+    #: Median seconds per micro-batch that committed, by stage.
+    batch_stages_s: dict[str, float] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
     naive_outputs: dict[str, str] = field(default_factory=dict)
 
@@ -99,6 +102,14 @@ class Report:
                 else ""
             ),
             f"  commit-to-visible latency  {lat}",
+            f"  micro-batches              {self.micro_batches:,}"
+            + (
+                " (median per batch: "
+                + ", ".join(f"{k} {v:.2f} s" for k, v in self.batch_stages_s.items())
+                + ")"
+                if self.batch_stages_s
+                else ""
+            ),
         ]
         for v in self.violations[:10]:
             lines.append(f"  VIOLATION: {v}")
@@ -300,6 +311,7 @@ def run_scenario(
             work / "naive",
         )
         naive.start()
+        _wait_first_versions(spec, pipeline, captures)
         run = Clients(
             dsns,
             scenario.workload,
@@ -307,6 +319,7 @@ def run_scenario(
             n=clients or scenario.clients,
             txs=txs if txs is not None or seconds is not None else scenario.txs,
             seconds=seconds,
+            rate=scenario.rate,
         )
         if status is not None:
             threading.Thread(
@@ -327,7 +340,7 @@ def run_scenario(
     report.transactions = len(run.committed)
     report.aborted = run.aborted
     report.events = sum(e.event_count for es in ends.values() for e in es[1:])
-    report.seconds = finished - run.started
+    report.seconds = finished - run.started  # from the first transaction to convergence
     report.events_per_s = report.events / report.seconds if report.seconds > 0 else 0.0
     versions, violations = check_versions(pipeline.plans, spec, oracle)
     report.versions_checked = versions
@@ -348,10 +361,28 @@ def run_scenario(
     if lat:
         report.latency_p50_s = statistics.median(lat)
         report.latency_p99_s = sorted(lat)[min(len(lat) - 1, int(len(lat) * 0.99))]
+    report.micro_batches = len(pipeline.history)
+    busy = [b for b in pipeline.history if b.commits]
+    if busy:
+        report.batch_stages_s["total"] = statistics.median(b.seconds for b in busy)
+        for stage in ("apply", "fetch", "recompute", "commit"):
+            report.batch_stages_s[stage] = statistics.median(b.timings.get(stage, 0.0) for b in busy)
     report.outputs = {n: str(o.path) for n, o in spec.outputs.items()}
     report.naive_outputs = {n: str(p) for n, p in naive.paths().items()}
     oracle.close()
     return report
+
+
+def _wait_first_versions(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureThreads) -> None:
+    """Start the workload once every output has its first version (Spark is warm)."""
+    delta = DeltaRsStore()
+    deadline = time.monotonic() + 300
+    while not all(delta.exists(o.path) for o in spec.outputs.values()):
+        captures.check()
+        pipeline.check()
+        if time.monotonic() > deadline:
+            raise TxJoinError("the pipeline wrote no first version within 300 s: see its log")
+        time.sleep(0.2)
 
 
 def _converge(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureThreads, timeout: float) -> None:

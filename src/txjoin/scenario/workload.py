@@ -94,6 +94,7 @@ class Clients:
         n: int,
         txs: int | None,
         seconds: float | None,
+        rate: float | None = None,
         seed: int = 1,
     ) -> None:
         self.dsns = dsns
@@ -103,6 +104,8 @@ class Clients:
         self.txs = txs
         self.seconds = seconds
         self.seed = seed
+        #: Transactions per second over all clients (None: as fast as they go).
+        self.rate = rate
         self.committed: list[Committed] = []
         self.aborted = 0
         self.errors: list[BaseException] = []
@@ -121,8 +124,14 @@ class Clients:
     def _run(self, client: Client) -> None:
         rng = random.Random(self.seed * 1000 + client.id)
         conns = {s: psycopg2.connect(dsn) for s, dsn in self.dsns.items()}
+        pace = self.n / self.rate if self.rate else 0.0
+        due = time.monotonic() + rng.random() * pace
         try:
             while not self._done():
+                if pace:
+                    # Think time: each client keeps its share of the rate.
+                    self._stop.wait(max(0.0, due - time.monotonic()))
+                    due += pace * rng.uniform(0.5, 1.5)
                 for tx in self.step(client, rng):
                     if not self._one(conns[tx.source], tx):
                         break  # its follow-ups depend on it
