@@ -192,7 +192,8 @@ def read_events_with_limit(spark: Any, root: Path, files_per_trigger: int) -> An
     raw = (
         spark.readStream.format("text")
         .option("maxFilesPerTrigger", files_per_trigger)
-        .load(f"{root}/{SOURCE}.*/*.jsonl")
+        .option("pathGlobFilter", "*.jsonl")
+        .load(f"{root}/{SOURCE}.*")
     )
     path = F.col("_metadata.file_path")
     raw = raw.select(

@@ -100,7 +100,9 @@ def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
         root = Path(inp.path).absolute()
         root.mkdir(parents=True, exist_ok=True)
         names = sources[0] if len(sources) == 1 else "{" + ",".join(sources) + "}"
-        df = spark.readStream.format("text").load(f"{root}/{names}.*/*.jsonl")
+        # Glob the topic directories, not the files: a file glob makes every
+        # segment a root path of the file index, listed anew each trigger.
+        df = spark.readStream.format("text").option("pathGlobFilter", "*.jsonl").load(f"{root}/{names}.*")
         path = F.col("_metadata.file_path")
         return df.select(
             F.regexp_extract(path, _SEGMENT_RE, 1).alias("topic"),

@@ -73,6 +73,10 @@ def spark_session(
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         # Small local batches: code generation costs more than it saves.
         "spark.sql.codegen.wholeStage": "false",
+        # A micro-batch's new changelog files are each a root path of the
+        # batch's file index; above this many, Spark lists them with a
+        # distributed job (seconds for a few hundred files on 2 cores).
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
     }
     settings.update(conf or {})
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)

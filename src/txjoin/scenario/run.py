@@ -261,7 +261,17 @@ def run_scenario(
     dsn: str | None = None,
     status: Callable[[str], None] | None = None,
     converge_timeout: float = 180,
+    check: bool = True,
+    baseline: bool = True,
+    rate: float | None = None,
 ) -> Report:
+    """Run ``scenario`` end to end and report.
+
+    ``check=False`` skips recording the SQL's result after every commit and
+    checking the versions; ``baseline=False`` skips the naive baseline. Both
+    serve measurements (bench/), where the checks would compete for the cores.
+    ``rate`` overrides the scenario's transactions per second (0: unpaced).
+    """
     home = home.absolute()
     work = home / "scenarios" / scenario.name
     if work.exists():
@@ -296,21 +306,26 @@ def run_scenario(
     captures.start()
     spark = spark_factory(spec)
     pipeline = Pipeline(spec, spark)
-    oracle = oracle_for(spec, pipeline.plans)
+    oracle = (
+        oracle_for(spec, pipeline.plans)
+        if check
+        else Oracle({s.name: s.dsn for s in spec.sources.values()}, [])
+    )
     naive: NaiveBaseline | None = None
     progress_stop = threading.Event()
     try:
         for s in spec.sources:
             oracle.record(s, read_transactions(ChangelogReader(spec.changelog), s)[0].xid)
         pipeline.start()
-        naive = NaiveBaseline(
-            spec.changelog,
-            {name: list(s.tables) for name, s in spec.sources.items()},
-            {name: o.sql for name, o in spec.outputs.items()},
-            naive_dsn,
-            work / "naive",
-        )
-        naive.start()
+        if baseline:
+            naive = NaiveBaseline(
+                spec.changelog,
+                {name: list(s.tables) for name, s in spec.sources.items()},
+                {name: o.sql for name, o in spec.outputs.items()},
+                naive_dsn,
+                work / "naive",
+            )
+            naive.start()
         _wait_first_versions(spec, pipeline, captures)
         run = Clients(
             dsns,
@@ -319,7 +334,7 @@ def run_scenario(
             n=clients or scenario.clients,
             txs=txs if txs is not None or seconds is not None else scenario.txs,
             seconds=seconds,
-            rate=scenario.rate,
+            rate=scenario.rate if rate is None else rate,
         )
         if status is not None:
             threading.Thread(
@@ -329,7 +344,8 @@ def run_scenario(
         _converge(spec, pipeline, captures, converge_timeout)
         finished = time.time()
         pipeline.stop()
-        naive.finish()
+        if naive is not None:
+            naive.finish()
     finally:
         progress_stop.set()
         pipeline.close()
@@ -342,10 +358,11 @@ def run_scenario(
     report.events = sum(e.event_count for es in ends.values() for e in es[1:])
     report.seconds = finished - run.started  # from the first transaction to convergence
     report.events_per_s = report.events / report.seconds if report.seconds > 0 else 0.0
-    versions, violations = check_versions(pipeline.plans, spec, oracle)
-    report.versions_checked = versions
-    report.violations = [str(v) for v in violations]
-    if scenario.invariants is not None:
+    if check:
+        versions, violations = check_versions(pipeline.plans, spec, oracle)
+        report.versions_checked = versions
+        report.violations = [str(v) for v in violations]
+    if check and scenario.invariants is not None:
         delta = DeltaRsStore()
         for name in pipeline.plans:
             for commit in delta.history(spec.outputs[name].path):
@@ -354,9 +371,10 @@ def run_scenario(
                 )
                 if problem is not None:
                     report.violations.append(f"{name} version {commit.version}: invariant broken: {problem}")
-    report.naive_versions, report.naive_torn, report.naive_invariant_violations = _naive_torn(
-        naive, pipeline.plans, oracle, ends, scenario.invariants
-    )
+    if naive is not None and check:
+        report.naive_versions, report.naive_torn, report.naive_invariant_violations = _naive_torn(
+            naive, pipeline.plans, oracle, ends, scenario.invariants
+        )
     lat = _latency(run.committed, ends, pipeline.plans, spec)
     if lat:
         report.latency_p50_s = statistics.median(lat)
@@ -368,7 +386,8 @@ def run_scenario(
         for stage in ("apply", "fetch", "recompute", "commit"):
             report.batch_stages_s[stage] = statistics.median(b.timings.get(stage, 0.0) for b in busy)
     report.outputs = {n: str(o.path) for n, o in spec.outputs.items()}
-    report.naive_outputs = {n: str(p) for n, p in naive.paths().items()}
+    if naive is not None:
+        report.naive_outputs = {n: str(p) for n, p in naive.paths().items()}
     oracle.close()
     return report
 
@@ -417,7 +436,7 @@ def _progress(
     stop: threading.Event,
     run: Clients,
     pipeline: Pipeline,
-    naive: NaiveBaseline,
+    naive: NaiveBaseline | None,
     captures: CaptureThreads,
 ) -> None:
     while not stop.wait(2.0):
@@ -426,6 +445,6 @@ def _progress(
         commits = sum(len(b.commits) for b in pipeline.history)
         status(
             f"committed {len(run.committed):,} transactions ({run.aborted} retried), "
-            f"captured {events:,} events; pipeline: {batches} micro-batches, {commits} Delta commits; "
-            f"naive: {len(naive.versions)} versions"
+            f"captured {events:,} events; pipeline: {batches} micro-batches, {commits} Delta commits"
+            + (f"; naive: {len(naive.versions)} versions" if naive is not None else "")
         )
