@@ -97,6 +97,9 @@ class Oracle:
     @contextmanager
     def commit(self, source: str, xid: int) -> Iterator[None]:
         """Hold the oracle while the caller commits ``xid`` on ``source``; record after."""
+        if not self.outputs:  # nothing to record: let clients commit concurrently
+            yield
+            return
         with self.lock:
             yield
             self.record(source, xid)

@@ -71,6 +71,8 @@ class Report:
     batch_stages_s: dict[str, float] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
     naive_outputs: dict[str, str] = field(default_factory=dict)
+    #: (commit time, seconds until visible) per transaction, for benchmarks; not in the JSON.
+    latency_series: list[tuple[float, float]] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -78,6 +80,7 @@ class Report:
 
     def to_json(self) -> str:
         d = asdict(self)
+        d.pop("latency_series")
         d["ok"] = self.ok
         return json.dumps(d, indent=2)
 
@@ -227,7 +230,8 @@ def _latency(
     ends: dict[str, list[TxEnd]],
     plans: dict[str, OutputPlan],
     spec: PipelineSpec,
-) -> list[float]:
+) -> list[tuple[float, float]]:
+    """(commit time, seconds from commit to the first output version holding it)."""
     delta = DeltaRsStore()
     histories = {name: delta.history(spec.outputs[name].path) for name in plans}
     by_xid = {(s, e.xid): e for s, es in ends.items() for e in es}
@@ -242,7 +246,7 @@ def _latency(
                 continue
             for commit in histories[name]:
                 if int(commit.cut.get(c.source, {}).get("lsn", -1)) >= end.end_lsn:
-                    out.append(max(0.0, commit.timestamp_ms / 1000 - c.at))
+                    out.append((c.at, max(0.0, commit.timestamp_ms / 1000 - c.at)))
                     break
     return out
 
@@ -375,7 +379,9 @@ def run_scenario(
         report.naive_versions, report.naive_torn, report.naive_invariant_violations = _naive_torn(
             naive, pipeline.plans, oracle, ends, scenario.invariants
         )
-    lat = _latency(run.committed, ends, pipeline.plans, spec)
+    series = _latency(run.committed, ends, pipeline.plans, spec)
+    report.latency_series = series
+    lat = [s for _, s in series]
     if lat:
         report.latency_p50_s = statistics.median(lat)
         report.latency_p99_s = sorted(lat)[min(len(lat) - 1, int(len(lat) * 0.99))]
