@@ -44,6 +44,7 @@ demo: setup
 	$(BIN)/txjoin scenario run pizzeria
 
 bench: setup
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench
 
 clean:

@@ -245,7 +245,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--files-per-trigger", type=int, default=12)
     ap.add_argument("--million", action="store_true", help="also push one 1,000,000-row transaction through")
+    ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
+    figures: dict[str, Any] = {}
     spark = spark_session("txjoin-bench-assemble", cores=2, driver_memory="6g")
     cfg = AssemblerConfig()
     print(f"machine: {machine()}")
@@ -278,6 +280,13 @@ def main() -> None:
                 "   targets: >= 50,000 events/s and >= 0.5"
             )
             print(f"  per-batch latency:          p50 {statistics.median(lat):.2f} s, p99 {p99:.2f} s")
+            figures[label] = {
+                "read_per_s": read_rates,
+                "assemble_per_s": asm_rates,
+                "ratio": ratios,
+                "batch_p50_s": statistics.median(lat),
+                "batch_p99_s": p99,
+            }
         finally:
             shutil.rmtree(work, ignore_errors=True)
     if args.million:
@@ -292,9 +301,12 @@ def main() -> None:
                 f"{len(durations)} batches; Python workers' peak RSS {mem.peak / 2**20:,.0f} MiB "
                 f"(max_transaction_events={cfg.max_transaction_events:,})"
             )
+            figures["million"] = {"seconds": t_asm, "worker_peak_mib": mem.peak / 2**20}
         finally:
             shutil.rmtree(work, ignore_errors=True)
     spark.stop()
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

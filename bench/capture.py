@@ -17,6 +17,7 @@ Both read the same WAL. Prints row events/s for each and capture/raw.
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -117,6 +118,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--tx-size", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
     raw_rates, cap_rates, ratios = [], [], []
     with bench_postgres() as pg:
@@ -150,6 +152,9 @@ def main() -> None:
     print(f"raw replication read (limit): {Stat(raw_rates).fmt(' events/s')}")
     print(f"txjoin capture:               {Stat(cap_rates).fmt(' events/s')}")
     print(f"capture / raw:                {Stat(ratios).fmt('', 2)}   target >= 0.25")
+    if args.json:
+        figures = {"raw_per_s": raw_rates, "capture_per_s": cap_rates, "ratio": ratios, "events": args.events}
+        args.json.write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

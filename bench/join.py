@@ -223,7 +223,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--patterns", default="recent,uniform")
     ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
+    figures: dict[str, Any] = {}
     spark = spark_session("txjoin-bench-join", cores=2, driver_memory="6g")
     root = Path(tempfile.mkdtemp(prefix="txjoin-bench-join-"))
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -231,6 +233,16 @@ def main() -> None:
     try:
         for pattern in args.patterns.split(","):
             results = [run_size(spark, n, pattern, args.batches, root) for n in sizes]
+            figures[pattern] = [
+                {
+                    "rows": r["n"],
+                    "batch_s": r["batch"].values,
+                    "full_s": r["full"].values,
+                    "rebuild_s": r["rebuild"].values,
+                    "stages_s": r["stages"],
+                }
+                for r in results
+            ]
             base = results[0]["batch"].median
             print(f"\n== {pattern} changes ==")
             print(f"{'rows':>9} | {'incremental s/batch':>36} | {'x vs ' + str(sizes[0]):>10} | "
@@ -248,6 +260,8 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

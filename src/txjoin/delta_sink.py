@@ -107,14 +107,58 @@ def _quote(col: str) -> str:
     return '"' + col.replace('"', '""') + '"'
 
 
+#: delta-rs parses and plans an overwrite predicate recursively: an IN list of
+#: 57,971 keys overflowed a thread's 8 MiB stack and killed the process
+#: (bench.e2e, measured). Above this many terms the batch rewrites a key range
+#: instead (:meth:`DeltaRsStore._rewrite_range`).
+MAX_PREDICATE_TERMS = 4000
+
+
+class _TooLong(Exception):
+    """The partition predicate would exceed :data:`MAX_PREDICATE_TERMS`."""
+
+
+def _int_runs(values: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """Sorted distinct ``values`` as (singletons, runs of >= 3 consecutive integers)."""
+    vs = sorted(set(values))
+    singles: list[int] = []
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(vs):
+        j = i
+        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
+            j += 1
+        if j - i >= 2:
+            runs.append((vs[i], vs[j]))
+        else:
+            singles.extend(vs[i : j + 1])
+        i = j + 1
+    return singles, runs
+
+
 def _partition_predicate(cols: Sequence[str], partitions: Sequence[Sequence[Any]], prefix: str = "") -> str:
+    """A predicate selecting exactly ``partitions``; raises :class:`_TooLong` past the limit."""
     if len(cols) == 1:
         col = f"{prefix}{_quote(cols[0])}"
-        values = ", ".join(sql_literal(p[0]) for p in partitions if p[0] is not None)
-        terms = [f"{col} IN ({values})"] if values else []
-        if any(p[0] is None for p in partitions):
+        present = [p[0] for p in partitions if p[0] is not None]
+        terms: list[str] = []
+        if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            # Keys inserted together are consecutive: a run costs two comparisons, not n values.
+            singles, runs = _int_runs(present)
+            if len(singles) + 2 * len(runs) > MAX_PREDICATE_TERMS:
+                raise _TooLong
+            if singles:
+                terms.append(f"{col} IN ({', '.join(map(str, singles))})")
+            terms += [f"({col} >= {a} AND {col} <= {b})" for a, b in runs]
+        elif present:
+            if len(present) > MAX_PREDICATE_TERMS:
+                raise _TooLong
+            terms.append(f"{col} IN ({', '.join(sql_literal(v) for v in present)})")
+        if len(present) < len(partitions):
             terms.append(f"{col} IS NULL")  # NULL IN (...) is never true
         return " OR ".join(terms)
+    if len(partitions) * len(cols) > MAX_PREDICATE_TERMS:
+        raise _TooLong
     ors = []
     for p in partitions:
         ands = " AND ".join(
@@ -217,6 +261,10 @@ class DeltaRsStore:
                 predicate = _partition_predicate(partition_cols, partitions)
             except _NoLiteral:
                 return self._rewrite_all(path, rows, partition_cols, partitions, props)
+            except _TooLong:
+                if len(partition_cols) == 1:
+                    return self._rewrite_range(path, rows, partition_cols[0], partitions, props)
+                return self._rewrite_all(path, rows, partition_cols, partitions, props)
             write_deltalake(
                 str(path), rows, mode="overwrite", predicate=predicate,
                 target_file_size=self.file_bytes, commit_properties=props,
@@ -231,6 +279,43 @@ class DeltaRsStore:
                 path=str(path),
                 batch=batch,
             ) from e
+
+    def _rewrite_range(
+        self, path: Path, rows: pa.Table, col: str, partitions: Sequence[Sequence[Any]], props: Any
+    ) -> int:
+        """Replace many partitions by rewriting the key range they span, in one commit.
+
+        The overwrite's predicate is two comparisons (plus IS NULL); the range's
+        rows that are not replaced are read and written back. Costs the range,
+        not the table, when a batch's keys are clustered (new rows, recent edits).
+        """
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+        from deltalake import DeltaTable, write_deltalake
+
+        present = [p[0] for p in partitions if p[0] is not None]
+        dataset = DeltaTable(str(path)).to_pyarrow_dataset()
+        field = dataset.schema.field(col)
+        terms, where = [], None
+        if present:
+            lo, hi = min(present), max(present)
+            terms.append(f"({_quote(col)} >= {sql_literal(lo)} AND {_quote(col)} <= {sql_literal(hi)})")
+            low, high = pa.scalar(lo, field.type), pa.scalar(hi, field.type)
+            where = (ds.field(col) >= low) & (ds.field(col) <= high)
+        if len(present) < len(partitions):
+            terms.append(f"{_quote(col)} IS NULL")
+            where = ds.field(col).is_null() if where is None else where | ds.field(col).is_null()
+        old = dataset.to_table(filter=where)
+        replaced = pc.is_in(old.column(col), value_set=pa.array(present, field.type))
+        keep = pc.invert(pc.fill_null(replaced, False))
+        if len(present) < len(partitions):
+            keep = pc.and_(keep, pc.invert(pc.is_null(old.column(col))))
+        merged = pa.concat_tables([old.filter(keep), rows.cast(old.schema)])
+        write_deltalake(
+            str(path), _sorted(merged, [col]), mode="overwrite", predicate=" OR ".join(terms),
+            target_file_size=self.file_bytes, commit_properties=props,
+        )  # fmt: skip
+        return int(DeltaTable(str(path)).version())
 
     def _rewrite_all(
         self,
