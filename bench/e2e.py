@@ -93,6 +93,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30, help="workload length of each run")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    ap.add_argument(
+        "--throughput-only", action="store_true", help="only the throughput runs (for profiling them)"
+    )
     args = ap.parse_args()
     out: dict[str, Any] = {"machine": machine()}
     spark = spark_session("txjoin-bench-e2e")
@@ -131,7 +134,7 @@ def main() -> None:
             out["throughput"]["max_tx_per_s"] = top
             print(f"end-to-end: {Stat(rates).fmt(' row events/s')}   target >= 20,000")
             out["latency"] = {}
-            for share in (0.25, 0.5, 0.9):
+            for share in () if args.throughput_only else (0.25, 0.5, 0.9):
                 p50, p99 = [], []
                 for _ in range(args.runs):
                     r = _run(
@@ -146,37 +149,40 @@ def main() -> None:
                     f"row events/s): p50 {Stat(p50).fmt(' s', 2)}, p99 {Stat(p99).fmt(' s', 2)}",
                     flush=True,
                 )
-            ledger = _scenario("ledger")
-            pg_max = [postgres_max_rate(pg, ledger, args.seconds / 2, args.clients) for _ in range(args.runs)]
-            target = Stat(pg_max).median
-            print(f"PostgreSQL alone, ledger transfers: {Stat(pg_max).fmt(' tx/s')}", flush=True)
-            r = _run(spark, pg, ledger, home, seconds=args.seconds * 2, clients=args.clients, rate=target)
-            reached = r.transactions / (args.seconds * 2)
-            growth = lag_growth_per_minute(r.latency_series)
-            last = [lat for _, lat in r.latency_series[-20:]]
-            t0 = min((t for t, _ in r.latency_series), default=0.0)
-            out["keep_up"] = {
-                "postgres_max_tx_per_s": pg_max,
-                "offered_tx_per_s": target,
-                "reached_tx_per_s": reached,
-                "lag_growth_s_per_min": growth,
-                "p50_s": r.latency_p50_s,
-                "p99_s": r.latency_p99_s,
-                "last_lag_s": statistics.median(last) if last else None,
-                # (seconds since the first commit, commit-to-visible) for the keep-up plot
-                "series": [(t - t0, lat) for t, lat in r.latency_series],
-            }
-            # Keeping up needs both: the clients reach the offered rate while txjoin runs on the
-            # same cores, and the lag does not grow.
-            if reached < 0.95 * target:
-                verdict = f"PostgreSQL reached only {reached / target:.0%} of its max beside txjoin"
-            else:
-                verdict = "keeps up (bounded lag)" if growth < 1.0 else "falls behind"
-            print(
-                f"keeping up at PostgreSQL's max ({target:,.0f} tx/s offered, {reached:,.0f} reached with "
-                f"txjoin running): lag p50 {r.latency_p50_s:.2f} s, p99 {r.latency_p99_s:.2f} s, "
-                f"growth {growth:+.2f} s/min: {verdict}"
-            )
+            if not args.throughput_only:
+                ledger = _scenario("ledger")
+                pg_max = [
+                    postgres_max_rate(pg, ledger, args.seconds / 2, args.clients) for _ in range(args.runs)
+                ]
+                target = Stat(pg_max).median
+                print(f"PostgreSQL alone, ledger transfers: {Stat(pg_max).fmt(' tx/s')}", flush=True)
+                r = _run(spark, pg, ledger, home, seconds=args.seconds * 2, clients=args.clients, rate=target)
+                reached = r.transactions / (args.seconds * 2)
+                growth = lag_growth_per_minute(r.latency_series)
+                last = [lat for _, lat in r.latency_series[-20:]]
+                t0 = min((t for t, _ in r.latency_series), default=0.0)
+                out["keep_up"] = {
+                    "postgres_max_tx_per_s": pg_max,
+                    "offered_tx_per_s": target,
+                    "reached_tx_per_s": reached,
+                    "lag_growth_s_per_min": growth,
+                    "p50_s": r.latency_p50_s,
+                    "p99_s": r.latency_p99_s,
+                    "last_lag_s": statistics.median(last) if last else None,
+                    # (seconds since the first commit, commit-to-visible) for the keep-up plot
+                    "series": [(t - t0, lat) for t, lat in r.latency_series],
+                }
+                # Keeping up needs both: the clients reach the offered rate while txjoin runs on the
+                # same cores, and the lag does not grow.
+                if reached < 0.95 * target:
+                    verdict = f"PostgreSQL reached only {reached / target:.0%} of its max beside txjoin"
+                else:
+                    verdict = "keeps up (bounded lag)" if growth < 1.0 else "falls behind"
+                print(
+                    f"keeping up at PostgreSQL's max ({target:,.0f} tx/s offered, {reached:,.0f} reached "
+                    f"with txjoin running): lag p50 {r.latency_p50_s:.2f} s, p99 {r.latency_p99_s:.2f} s, "
+                    f"growth {growth:+.2f} s/min: {verdict}"
+                )
     finally:
         spark.stop()
         shutil.rmtree(home, ignore_errors=True)
