@@ -157,6 +157,12 @@ def plots(f: dict[str, Any]) -> list[str]:
     PLOTS.mkdir(exist_ok=True)
     made = []
 
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(PLOTS / f"{name}.png", dpi=100)
+        plt.close(fig)
+        made.append(f"{name}.png")
+
     def bars(name: str, title: str, labels: list[str], series: list[list[float]], ylabel: str) -> None:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         meds = [med(s) for s in series]
@@ -165,10 +171,7 @@ def plots(f: dict[str, Any]) -> list[str]:
         ax.bar(labels, meds, yerr=err, capsize=4, color=["#999999", "#1f77b4"] * len(labels))
         ax.set_title(title)
         ax.set_ylabel(ylabel)
-        fig.tight_layout()
-        fig.savefig(PLOTS / f"{name}.png", dpi=100)
-        plt.close(fig)
-        made.append(f"{name}.png")
+        save(fig, name)
 
     if "capture" in f:
         c = f["capture"]
@@ -197,10 +200,7 @@ def plots(f: dict[str, Any]) -> list[str]:
             ax.set_ylabel("seconds")
             ax.set_title(f"Per-batch cost vs table size ({pattern} changes)")
             ax.legend()
-            fig.tight_layout()
-            fig.savefig(PLOTS / f"join-{pattern}.png", dpi=100)
-            plt.close(fig)
-            made.append(f"join-{pattern}.png")
+            save(fig, f"join-{pattern}")
     if "e2e" in f:
         e = f["e2e"]
         fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -213,10 +213,7 @@ def plots(f: dict[str, Any]) -> list[str]:
         ax.set_ylabel("commit-to-visible, s")
         ax.set_title("Commit-to-visible latency under load")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(PLOTS / "latency.png", dpi=100)
-        plt.close(fig)
-        made.append("latency.png")
+        save(fig, "latency")
         series = e["keep_up"].get("series") or []
         if series:
             fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -224,10 +221,7 @@ def plots(f: dict[str, Any]) -> list[str]:
             ax.set_xlabel("seconds since the first commit")
             ax.set_ylabel("commit-to-visible, s")
             ax.set_title("Lag at PostgreSQL's max commit rate (ledger)")
-            fig.tight_layout()
-            fig.savefig(PLOTS / "keep-up.png", dpi=100)
-            plt.close(fig)
-            made.append("keep-up.png")
+            save(fig, "keep-up")
     return made
 
 
