@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, each beside its baseline, into bench/RESULTS.md.
 
-Runs bench.capture, bench.assemble, bench.join and bench.e2e one after the
-other (each in its own process, so one's Spark session or PostgreSQL cannot
+Runs bench.capture, bench.assemble, bench.join, bench.e2e and
+bench.consistency one after the other (each in its own process, so one's Spark session or PostgreSQL cannot
 slow the next), then writes bench/RESULTS.md (a summary table, per-stage
 tables, the commands) and one PNG plot per figure under bench/plots/.
 
@@ -36,6 +36,7 @@ def commands(quick: bool) -> dict[str, list[str]]:
             "assemble": ["bench.assemble", "--events", "60000", "--runs", "3"],
             "join": ["bench.join", "--sizes", "10000,100000", "--patterns", "recent", "--batches", "6"],
             "e2e": ["bench.e2e", "--runs", "3", "--seconds", "10"],
+            "consistency": ["bench.consistency", "--txs", "60"],
         }
     return {
         "capture": ["bench.capture", "--events", "300000", "--runs", "3"],
@@ -44,6 +45,7 @@ def commands(quick: bool) -> dict[str, list[str]]:
             "bench.join", "--sizes", "10000,100000,1000000", "--patterns", "recent,uniform", "--batches", "8",
         ],
         "e2e": ["bench.e2e", "--runs", "3", "--seconds", "30"],
+        "consistency": ["bench.consistency", "--txs", "200"],
     }
 
 
@@ -141,6 +143,16 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
             "yes" if k["lag_growth_s_per_min"] < 1.0 and k["reached_tx_per_s"] >= 0.95 * k["offered_tx_per_s"]
             else "no",
         ))  # fmt: skip
+    for name, c in f.get("consistency", {}).items():
+        if name.startswith("_"):
+            continue
+        rows.append((
+            f"consistency, scenario {name}: Delta versions equal to the SQL at their cut",
+            f"{c['violations']} violations in {c['versions_checked']} versions",
+            f"naive per-event join: {c['naive_torn']} torn of {c['naive_versions']} versions"
+            + (f", {n} breaking the invariant" if (n := c["naive_invariant_violations"]) else ""),
+            "", "0 violations", "yes" if c["violations"] == 0 else "no",
+        ))  # fmt: skip
     return rows
 
 
@@ -222,6 +234,20 @@ def plots(f: dict[str, Any]) -> list[str]:
             ax.set_ylabel("commit-to-visible, s")
             ax.set_title("Lag at PostgreSQL's max commit rate (ledger)")
             save(fig, "keep-up")
+    cons = {k: v for k, v in f.get("consistency", {}).items() if not k.startswith("_")}
+    if cons:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        names = list(cons)
+        pos = list(range(len(names)))
+        ax.bar([x - 0.2 for x in pos], [cons[n]["naive_torn"] for n in names], 0.4, color="#999999",
+               label="naive per-event join: torn versions")  # fmt: skip
+        ax.bar([x + 0.2 for x in pos], [cons[n]["violations"] for n in names], 0.4, color="#1f77b4",
+               label="txjoin: versions not equal to the SQL")  # fmt: skip
+        ax.set_xticks(pos, names)
+        ax.set_ylabel("Delta versions")
+        ax.set_title("Torn versions, same change streams")
+        ax.legend()
+        save(fig, "consistency")
     return made
 
 
@@ -279,7 +305,8 @@ def render(f: dict[str, Any], made: list[str]) -> str:
         "# Benchmark results",
         "",
         "Written by `make bench` (`.venv/bin/python -m bench`); do not edit by hand. Every figure is",
-        "the median of at least 3 runs with (min-max), beside a baseline measured in the same run.",
+        "the median of at least 3 runs with (min-max), beside a baseline measured in the same run",
+        "(the consistency rows are counts from one run per scenario).",
         "",
         f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}; "
         f"written {now}.",
@@ -290,7 +317,7 @@ def render(f: dict[str, Any], made: list[str]) -> str:
     for row in summary_rows(f):
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "## Details", "", *details(f), "", "## Commands", ""]
-    for stage in ("capture", "assemble", "join", "e2e"):
+    for stage in ("capture", "assemble", "join", "e2e", "consistency"):
         if stage in f:
             lines.append(f"- {stage}: `{f[stage]['_command']}` ({f[stage]['_seconds'] / 60:.1f} min)")
     if made:
@@ -307,7 +334,7 @@ def main() -> None:
     ap.add_argument(
         "--quick", action="store_true", help="smaller sizes (a smoke run; figures are not comparable)"
     )
-    ap.add_argument("--only", help="comma-separated stages: capture, assemble, join, e2e")
+    ap.add_argument("--only", help="comma-separated stages: capture, assemble, join, e2e, consistency")
     ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from bench/figures.json")
     args = ap.parse_args()
     figures: dict[str, Any] = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
