@@ -56,9 +56,6 @@ def run_stage(name: str, argv: list[str], out: Path) -> dict[str, Any]:
     # The stage's own output is the progress display.
     subprocess.run(cmd, check=True, cwd=HERE.parent)
     figures: dict[str, Any] = json.loads(out.read_text())
-    series = figures.get("keep_up", {}).get("series")
-    if series and len(series) > 2000:  # one point per transaction: thin it for the plot and the file
-        figures["keep_up"]["series"] = series[:: len(series) // 2000 + 1]
     figures["_command"] = ".venv/bin/python -m " + " ".join(argv)
     figures["_seconds"] = time.monotonic() - started
     return figures

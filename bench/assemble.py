@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bench.common import Stat, machine
+from bench.common import Stat, machine, write_figures
 from txjoin.assemble.buffer import AssemblerConfig
 from txjoin.assemble.spark import assemble_stream
 from txjoin.session import spark_session
@@ -305,8 +305,7 @@ def main() -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     spark.stop()
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+    write_figures(args.json, figures)
 
 
 if __name__ == "__main__":

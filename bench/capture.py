@@ -17,7 +17,6 @@ Both read the same WAL. Prints row events/s for each and capture/raw.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import psycopg2
 from psycopg2.extras import LogicalReplicationConnection
 
-from bench.common import Stat, bench_postgres, machine
+from bench.common import Stat, bench_postgres, machine, write_figures
 from txjoin.capture.config import CaptureConfig
 from txjoin.capture.stream import Capture
 from txjoin.pg.names import QualifiedName
@@ -152,9 +151,8 @@ def main() -> None:
     print(f"raw replication read (limit): {Stat(raw_rates).fmt(' events/s')}")
     print(f"txjoin capture:               {Stat(cap_rates).fmt(' events/s')}")
     print(f"capture / raw:                {Stat(ratios).fmt('', 2)}   target >= 0.25")
-    if args.json:
-        figures = {"raw_per_s": raw_rates, "capture_per_s": cap_rates, "ratio": ratios, "events": args.events}
-        args.json.write_text(json.dumps(figures, indent=2))
+    figures = {"raw_per_s": raw_rates, "capture_per_s": cap_rates, "ratio": ratios, "events": args.events}
+    write_figures(args.json, figures)
 
 
 if __name__ == "__main__":

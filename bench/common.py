@@ -1,7 +1,8 @@
-"""Shared benchmark helpers: a throwaway PostgreSQL, timing, medians."""
+"""Shared benchmark helpers: a throwaway PostgreSQL and Spark, timing, medians, figures."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -11,8 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from txjoin.pg.embedded import EmbeddedPostgres
+from txjoin.session import spark_session
 
 
 @contextmanager
@@ -28,6 +31,25 @@ def bench_postgres(fsync: bool = False) -> Iterator[EmbeddedPostgres]:
     finally:
         pg.destroy()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def bench_spark(app: str, prefix: str, **spark_conf: Any) -> Iterator[tuple[Any, Path]]:
+    """A Spark session and a scratch directory, both gone afterwards."""
+    spark = spark_session(app, **spark_conf)
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    home.chmod(0o755)  # embedded PostgreSQL may run as another user below it
+    try:
+        yield spark, home
+    finally:
+        spark.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def write_figures(path: Path | None, figures: Any) -> None:
+    """``--json PATH``: the stage's figures for ``make bench`` (bench/__main__.py)."""
+    if path is not None:
+        path.write_text(json.dumps(figures, indent=2))
 
 
 @dataclass

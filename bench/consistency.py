@@ -13,16 +13,12 @@ at no commit is *torn*. Counts, not timings: one run per scenario.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import bench_postgres, machine
+from bench.common import bench_postgres, bench_spark, machine, write_figures
 from txjoin.scenario.definition import load_scenario
 from txjoin.scenario.run import run_scenario
-from txjoin.session import spark_session
 
 ROOT = Path(__file__).parent.parent
 SCENARIOS = ("pizzeria", "two_databases", "ledger")
@@ -34,47 +30,42 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
     out: dict[str, Any] = {}
-    spark = spark_session("txjoin-bench-consistency")
-    home = Path(tempfile.mkdtemp(prefix="txjoin-bench-consistency-"))
-    home.chmod(0o755)
     print(f"machine: {machine()}; {args.txs} transactions per scenario")
-    try:
-        with bench_postgres(fsync=True) as pg:
-            for name in SCENARIOS:
-                r = run_scenario(
-                    load_scenario(name, ROOT / "scenarios"),
-                    spark_factory=lambda spec: spark,
-                    home=home,
-                    dsn=pg.dsn(),
-                    txs=args.txs,
-                    converge_timeout=600,
-                )
-                out[name] = {
-                    "transactions": r.transactions,
-                    "events": r.events,
-                    "versions_checked": sum(r.versions_checked.values()),
-                    "violations": len(r.violations),
-                    "naive_versions": r.naive_versions,
-                    "naive_torn": r.naive_torn,
-                    "naive_invariant_violations": r.naive_invariant_violations,
-                    "p50_s": r.latency_p50_s,
-                }
-                print(
-                    f"{name}: {r.transactions} transactions, {r.events:,} events; txjoin "
-                    f"{sum(r.versions_checked.values())} versions checked, {len(r.violations)} violations; "
-                    f"naive {r.naive_versions} versions, {r.naive_torn} torn"
-                    + (
-                        f", {r.naive_invariant_violations} breaking the invariants"
-                        if r.naive_invariant_violations
-                        else ""
-                    ),
-                    flush=True,
-                )
-    finally:
-        spark.stop()
-        shutil.rmtree(home, ignore_errors=True)
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
+    with (
+        bench_spark("txjoin-bench-consistency", "txjoin-bench-consistency-") as (spark, home),
+        bench_postgres(fsync=True) as pg,
+    ):
+        for name in SCENARIOS:
+            r = run_scenario(
+                load_scenario(name, ROOT / "scenarios"),
+                spark_factory=lambda spec: spark,
+                home=home,
+                dsn=pg.dsn(),
+                txs=args.txs,
+                converge_timeout=600,
+            )
+            out[name] = {
+                "transactions": r.transactions,
+                "events": r.events,
+                "versions_checked": sum(r.versions_checked.values()),
+                "violations": len(r.violations),
+                "naive_versions": r.naive_versions,
+                "naive_torn": r.naive_torn,
+                "naive_invariant_violations": r.naive_invariant_violations,
+                "p50_s": r.latency_p50_s,
+            }
+            print(
+                f"{name}: {r.transactions} transactions, {r.events:,} events; txjoin "
+                f"{sum(r.versions_checked.values())} versions checked, {len(r.violations)} violations; "
+                f"naive {r.naive_versions} versions, {r.naive_torn} torn"
+                + (
+                    f", {r.naive_invariant_violations} breaking the invariants"
+                    if r.naive_invariant_violations
+                    else ""
+                ),
+                flush=True,
+            )
+    write_figures(args.json, out)
 
 
 if __name__ == "__main__":

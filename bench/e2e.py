@@ -22,22 +22,18 @@ PostgreSQL, capture, the Spark pipeline, the workload's clients.
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import shutil
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import psycopg2
 
-from bench.common import Stat, bench_postgres, machine
+from bench.common import Stat, bench_postgres, bench_spark, machine, write_figures
 from txjoin.check.oracle import Oracle
 from txjoin.scenario.definition import Scenario, load_scenario
 from txjoin.scenario.run import Report, run_scenario
 from txjoin.scenario.workload import Clients
-from txjoin.session import spark_session
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -98,96 +94,93 @@ def main() -> None:
     )
     args = ap.parse_args()
     out: dict[str, Any] = {"machine": machine()}
-    spark = spark_session("txjoin-bench-e2e")
-    home = Path(tempfile.mkdtemp(prefix="txjoin-bench-e2e-"))
-    home.chmod(0o755)
     print(f"machine: {machine()}; {args.runs} runs of {args.seconds:.0f} s, {args.clients} clients")
-    try:
-        with bench_postgres(fsync=True) as pg:
-            ingest = _scenario("ingest")
-            _run(spark, pg, ingest, home, txs=100, clients=args.clients)  # warm-up
-            rates, tx_rates, p50s, per_tx, stages = [], [], [], [], []
-            for i in range(args.runs):
-                r = _run(spark, pg, ingest, home, seconds=args.seconds, clients=args.clients)
-                rates.append(r.events_per_s)
-                tx_rates.append(r.transactions / args.seconds)
-                p50s.append(r.latency_p50_s or 0.0)
-                per_tx.append(r.events / max(1, r.transactions))
-                stages.append(r.batch_stages_s)
-                print(
-                    f"throughput run {i + 1}: {r.transactions} transactions, {r.events:,} row events, "
-                    f"{r.events_per_s:,.0f} row events/s to Delta; {r.micro_batches} micro-batches, "
-                    f"median batch {r.batch_stages_s.get('total', 0):.2f} s ("
-                    + ", ".join(f"{k} {v:.2f}" for k, v in r.batch_stages_s.items() if k != "total")
-                    + "); "
-                    f"latency p50 {r.latency_p50_s or 0:.2f} s",
-                    flush=True,
+    with (
+        bench_spark("txjoin-bench-e2e", "txjoin-bench-e2e-") as (spark, home),
+        bench_postgres(fsync=True) as pg,
+    ):
+        ingest = _scenario("ingest")
+        _run(spark, pg, ingest, home, txs=100, clients=args.clients)  # warm-up
+        rates, tx_rates, p50s, per_tx, stages = [], [], [], [], []
+        for i in range(args.runs):
+            r = _run(spark, pg, ingest, home, seconds=args.seconds, clients=args.clients)
+            rates.append(r.events_per_s)
+            tx_rates.append(r.transactions / args.seconds)
+            p50s.append(r.latency_p50_s or 0.0)
+            per_tx.append(r.events / max(1, r.transactions))
+            stages.append(r.batch_stages_s)
+            print(
+                f"throughput run {i + 1}: {r.transactions} transactions, {r.events:,} row events, "
+                f"{r.events_per_s:,.0f} row events/s to Delta; {r.micro_batches} micro-batches, "
+                f"median batch {r.batch_stages_s.get('total', 0):.2f} s ("
+                + ", ".join(f"{k} {v:.2f}" for k, v in r.batch_stages_s.items() if k != "total")
+                + "); "
+                f"latency p50 {r.latency_p50_s or 0:.2f} s",
+                flush=True,
+            )
+        out["throughput"] = {
+            "row_events_per_s": rates,
+            "committed_tx_per_s": tx_rates,
+            "p50_s": p50s,
+            "batch_stages_s": stages,
+        }
+        # txjoin's maximum throughput in transactions/s: the load points below are shares of it.
+        top = Stat(rates).median / statistics.median(per_tx)
+        out["throughput"]["max_tx_per_s"] = top
+        print(f"end-to-end: {Stat(rates).fmt(' row events/s')}   target >= 20,000")
+        out["latency"] = {}
+        for share in () if args.throughput_only else (0.25, 0.5, 0.9):
+            p50, p99 = [], []
+            for _ in range(args.runs):
+                r = _run(
+                    spark, pg, ingest, home, seconds=args.seconds, clients=args.clients, rate=top * share
                 )
-            out["throughput"] = {
-                "row_events_per_s": rates,
-                "committed_tx_per_s": tx_rates,
-                "p50_s": p50s,
-                "batch_stages_s": stages,
+                p50.append(r.latency_p50_s or 0.0)
+                p99.append(r.latency_p99_s or 0.0)
+            out["latency"][f"{share:.2f}"] = {"rate": top * share, "p50_s": p50, "p99_s": p99}
+            print(
+                f"latency at {share:.0%} of max ({top * share:,.1f} tx/s, "
+                f"{top * share * statistics.median(per_tx):,.0f} "
+                f"row events/s): p50 {Stat(p50).fmt(' s', 2)}, p99 {Stat(p99).fmt(' s', 2)}",
+                flush=True,
+            )
+        if not args.throughput_only:
+            ledger = _scenario("ledger")
+            pg_max = [
+                postgres_max_rate(pg, ledger, args.seconds / 2, args.clients) for _ in range(args.runs)
+            ]
+            target = Stat(pg_max).median
+            print(f"PostgreSQL alone, ledger transfers: {Stat(pg_max).fmt(' tx/s')}", flush=True)
+            r = _run(spark, pg, ledger, home, seconds=args.seconds * 2, clients=args.clients, rate=target)
+            reached = r.transactions / (args.seconds * 2)
+            growth = lag_growth_per_minute(r.latency_series)
+            last = [lat for _, lat in r.latency_series[-20:]]
+            t0 = min((t for t, _ in r.latency_series), default=0.0)
+            step = len(r.latency_series) // 2000 + 1
+            out["keep_up"] = {
+                "postgres_max_tx_per_s": pg_max,
+                "offered_tx_per_s": target,
+                "reached_tx_per_s": reached,
+                "lag_growth_s_per_min": growth,
+                "p50_s": r.latency_p50_s,
+                "p99_s": r.latency_p99_s,
+                "last_lag_s": statistics.median(last) if last else None,
+                # (seconds since the first commit, commit-to-visible) for the keep-up plot,
+                # at most about 2,000 points
+                "series": [(t - t0, lat) for t, lat in r.latency_series[::step]],
             }
-            # txjoin's maximum throughput in transactions/s: the load points below are shares of it.
-            top = Stat(rates).median / statistics.median(per_tx)
-            out["throughput"]["max_tx_per_s"] = top
-            print(f"end-to-end: {Stat(rates).fmt(' row events/s')}   target >= 20,000")
-            out["latency"] = {}
-            for share in () if args.throughput_only else (0.25, 0.5, 0.9):
-                p50, p99 = [], []
-                for _ in range(args.runs):
-                    r = _run(
-                        spark, pg, ingest, home, seconds=args.seconds, clients=args.clients, rate=top * share
-                    )
-                    p50.append(r.latency_p50_s or 0.0)
-                    p99.append(r.latency_p99_s or 0.0)
-                out["latency"][f"{share:.2f}"] = {"rate": top * share, "p50_s": p50, "p99_s": p99}
-                print(
-                    f"latency at {share:.0%} of max ({top * share:,.1f} tx/s, "
-                    f"{top * share * statistics.median(per_tx):,.0f} "
-                    f"row events/s): p50 {Stat(p50).fmt(' s', 2)}, p99 {Stat(p99).fmt(' s', 2)}",
-                    flush=True,
-                )
-            if not args.throughput_only:
-                ledger = _scenario("ledger")
-                pg_max = [
-                    postgres_max_rate(pg, ledger, args.seconds / 2, args.clients) for _ in range(args.runs)
-                ]
-                target = Stat(pg_max).median
-                print(f"PostgreSQL alone, ledger transfers: {Stat(pg_max).fmt(' tx/s')}", flush=True)
-                r = _run(spark, pg, ledger, home, seconds=args.seconds * 2, clients=args.clients, rate=target)
-                reached = r.transactions / (args.seconds * 2)
-                growth = lag_growth_per_minute(r.latency_series)
-                last = [lat for _, lat in r.latency_series[-20:]]
-                t0 = min((t for t, _ in r.latency_series), default=0.0)
-                out["keep_up"] = {
-                    "postgres_max_tx_per_s": pg_max,
-                    "offered_tx_per_s": target,
-                    "reached_tx_per_s": reached,
-                    "lag_growth_s_per_min": growth,
-                    "p50_s": r.latency_p50_s,
-                    "p99_s": r.latency_p99_s,
-                    "last_lag_s": statistics.median(last) if last else None,
-                    # (seconds since the first commit, commit-to-visible) for the keep-up plot
-                    "series": [(t - t0, lat) for t, lat in r.latency_series],
-                }
-                # Keeping up needs both: the clients reach the offered rate while txjoin runs on the
-                # same cores, and the lag does not grow.
-                if reached < 0.95 * target:
-                    verdict = f"PostgreSQL reached only {reached / target:.0%} of its max beside txjoin"
-                else:
-                    verdict = "keeps up (bounded lag)" if growth < 1.0 else "falls behind"
-                print(
-                    f"keeping up at PostgreSQL's max ({target:,.0f} tx/s offered, {reached:,.0f} reached "
-                    f"with txjoin running): lag p50 {r.latency_p50_s:.2f} s, p99 {r.latency_p99_s:.2f} s, "
-                    f"growth {growth:+.2f} s/min: {verdict}"
-                )
-    finally:
-        spark.stop()
-        shutil.rmtree(home, ignore_errors=True)
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
+            # Keeping up needs both: the clients reach the offered rate while txjoin runs on the
+            # same cores, and the lag does not grow.
+            if reached < 0.95 * target:
+                verdict = f"PostgreSQL reached only {reached / target:.0%} of its max beside txjoin"
+            else:
+                verdict = "keeps up (bounded lag)" if growth < 1.0 else "falls behind"
+            print(
+                f"keeping up at PostgreSQL's max ({target:,.0f} tx/s offered, {reached:,.0f} reached "
+                f"with txjoin running): lag p50 {r.latency_p50_s:.2f} s, p99 {r.latency_p99_s:.2f} s, "
+                f"growth {growth:+.2f} s/min: {verdict}"
+            )
+    write_figures(args.json, out)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import json
 import random
 import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,13 +38,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import Stat, machine
+from bench.common import Stat, bench_spark, machine, write_figures
 from txjoin.capture.values import ColumnType
 from txjoin.join.engine import TableSchema
 from txjoin.join.replica import Change
 from txjoin.pg.names import QualifiedName
 from txjoin.pipeline import Pipeline
-from txjoin.session import spark_session
 from txjoin.spec import build_spec
 
 ORDERS = QualifiedName("public", "orders")
@@ -226,11 +224,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
     figures: dict[str, Any] = {}
-    spark = spark_session("txjoin-bench-join", cores=2, driver_memory="6g")
-    root = Path(tempfile.mkdtemp(prefix="txjoin-bench-join-"))
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"machine: {machine()}; {TX_PER_BATCH} transactions per batch; median of batches 3..{args.batches}")
-    try:
+    with bench_spark("txjoin-bench-join", "txjoin-bench-join-", cores=2, driver_memory="6g") as (spark, root):
         for pattern in args.patterns.split(","):
             results = [run_size(spark, n, pattern, args.batches, root) for n in sizes]
             figures[pattern] = [
@@ -257,11 +253,7 @@ def main() -> None:
                     f"{r['rebuild'].median:>20.2f} s | {r['rebuild'].median / inc:>6.1f} | "
                     f"{stages}; output files {r['files']}, load {r['load_s']:.0f} s"
                 )
-    finally:
-        spark.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+    write_figures(args.json, figures)
 
 
 if __name__ == "__main__":

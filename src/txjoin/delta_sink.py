@@ -291,7 +291,7 @@ class DeltaRsStore:
         """
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import DeltaTable
 
         present = [p[0] for p in partitions if p[0] is not None]
         dataset = DeltaTable(str(path)).to_pyarrow_dataset()
@@ -310,12 +310,7 @@ class DeltaRsStore:
         keep = pc.invert(pc.fill_null(replaced, False))
         if len(present) < len(partitions):
             keep = pc.and_(keep, pc.invert(pc.is_null(old.column(col))))
-        merged = pa.concat_tables([old.filter(keep), rows.cast(old.schema)])
-        write_deltalake(
-            str(path), _sorted(merged, [col]), mode="overwrite", predicate=" OR ".join(terms),
-            target_file_size=self.file_bytes, commit_properties=props,
-        )  # fmt: skip
-        return int(DeltaTable(str(path)).version())
+        return self._write_kept(path, old.filter(keep), rows, [col], props, " OR ".join(terms))
 
     def _rewrite_all(
         self,
@@ -329,15 +324,29 @@ class DeltaRsStore:
 
         Slow (the whole table), but exact; such partition keys are rare.
         """
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import DeltaTable
 
         old = DeltaTable(str(path)).to_pyarrow_table()
         wanted = {_hashable(tuple(p)) for p in partitions}
         cols = old.select(list(partition_cols)).to_pylist()
         keep = pa.array([_hashable(tuple(r.values())) not in wanted for r in cols], type=pa.bool_())
-        merged = pa.concat_tables([old.filter(keep), rows.cast(old.schema)])
+        return self._write_kept(path, old.filter(keep), rows, partition_cols, props, None)
+
+    def _write_kept(
+        self,
+        path: Path,
+        kept: pa.Table,
+        rows: pa.Table,
+        cols: Sequence[str],
+        props: Any,
+        predicate: str | None,
+    ) -> int:
+        """Overwrite the table (or what ``predicate`` selects) with ``kept`` + ``rows``, in one commit."""
+        from deltalake import DeltaTable, write_deltalake
+
+        merged = pa.concat_tables([kept, rows.cast(kept.schema)])
         write_deltalake(
-            str(path), _sorted(merged, partition_cols), mode="overwrite",
+            str(path), _sorted(merged, cols), mode="overwrite", predicate=predicate,
             target_file_size=self.file_bytes, commit_properties=props,
         )  # fmt: skip
         return int(DeltaTable(str(path)).version())

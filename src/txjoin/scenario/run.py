@@ -429,11 +429,11 @@ def _last_end_lsn(reader: ChangelogReader, source: str) -> int:
 def _converge(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureThreads, timeout: float) -> None:
     """Wait until every output's last version covers each source's last transaction."""
     delta = DeltaRsStore()
+    reader = ChangelogReader(spec.changelog)
     deadline = time.monotonic() + timeout
     while True:
         captures.check()
         pipeline.check()
-        reader = ChangelogReader(spec.changelog)
         last = {s: _last_end_lsn(reader, s) for s in spec.sources}
         done = True
         for out in spec.outputs.values():
