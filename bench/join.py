@@ -39,10 +39,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.common import Stat, bench_spark, machine, write_figures
-from txjoin.capture.values import ColumnType
 from txjoin.join.engine import TableSchema
 from txjoin.join.replica import Change
 from txjoin.pg.names import QualifiedName
+from txjoin.pg.types import ColumnType
 from txjoin.pipeline import Pipeline
 from txjoin.spec import build_spec
 

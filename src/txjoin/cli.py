@@ -114,7 +114,7 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _lsn(v: int) -> str:
-    from txjoin.capture.envelope import format_lsn
+    from txjoin.debezium.lsn import format_lsn
 
     return format_lsn(v)
 

@@ -120,7 +120,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _lsn(v: int) -> str:
-    from txjoin.capture.envelope import format_lsn
+    from txjoin.debezium.lsn import format_lsn
 
     return format_lsn(v)
 

@@ -33,7 +33,8 @@ import pandas as pd
 from txjoin import errors
 from txjoin.assemble.buffer import AssemblerConfig
 from txjoin.assemble.spark import assemble_stream
-from txjoin.capture.values import from_debezium
+from txjoin.debezium.record import parse_record
+from txjoin.debezium.values import from_debezium
 from txjoin.decode import ChangelogInput, read_events
 from txjoin.delta_sink import DeltaRsStore, DeltaStore
 from txjoin.errors import ChangelogError, SchemaChangeError, TxJoinError
@@ -45,18 +46,9 @@ from txjoin.join.replica import Change, ReplicaStore, TableSpec, encode
 from txjoin.pg.names import QualifiedName, parse_table_name
 from txjoin.spec import PipelineSpec
 
-__all__ = ["BatchStats", "Pipeline", "parse_record"]
+__all__ = ["BatchStats", "Pipeline"]
 
 log = logging.getLogger(__name__)
-
-
-def parse_record(value: str) -> dict[str, Any]:
-    """A Debezium record's payload, plain or wrapped as {schema, payload}."""
-    v = json.loads(value)
-    if isinstance(v, dict) and "payload" in v and "schema" in v:
-        p = v["payload"]
-        return dict(p) if isinstance(p, dict) else {}
-    return dict(v)
 
 
 @dataclass

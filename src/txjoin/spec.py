@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txjoin.capture.config import CaptureConfig, validate_prefix
+from txjoin.capture.config import CaptureConfig
+from txjoin.debezium.topics import validate_prefix
 from txjoin.errors import ConfigError
 from txjoin.pg.names import QualifiedName, parse_table_name
 

@@ -10,7 +10,8 @@ import psycopg2.extensions as ext
 import pytest
 
 from tests.support.capture import execute
-from txjoin.capture.values import ColumnType, from_debezium, to_debezium
+from txjoin.debezium.values import from_debezium, to_debezium
+from txjoin.pg.types import ColumnType
 
 pytestmark = pytest.mark.postgres
 

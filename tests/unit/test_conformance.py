@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from txjoin.capture import envelope
-from txjoin.capture.envelope import Op, SourceInfo
+from txjoin.debezium import envelope
+from txjoin.debezium.envelope import Op, SourceInfo
+from txjoin.debezium.lsn import format_lsn, parse_lsn
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "debezium"
 SOURCE = SourceInfo(name="dbserver1", db="postgres")
@@ -187,8 +188,8 @@ def test_dumps_is_compact_single_line_and_deterministic() -> None:
 
 
 def test_lsn_and_tx_id_helpers() -> None:
-    assert envelope.format_lsn(0x1_0000_00A0) == "1/000000A0"
-    assert envelope.parse_lsn("16/B374D848") == 0x16_B374D848
+    assert format_lsn(0x1_0000_00A0) == "1/000000A0"
+    assert parse_lsn("16/B374D848") == 0x16_B374D848
     assert envelope.parse_tx_id("775:34365024") == (775, 34365024)
     from txjoin.errors import ProtocolError
 
@@ -196,4 +197,4 @@ def test_lsn_and_tx_id_helpers() -> None:
         with pytest.raises(ProtocolError):
             envelope.parse_tx_id(bad)
     with pytest.raises(ProtocolError):
-        envelope.parse_lsn("nope")
+        parse_lsn("nope")

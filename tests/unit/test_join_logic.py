@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from txjoin.capture.values import UNAVAILABLE
+from txjoin.debezium.values import UNAVAILABLE
 from txjoin.errors import ChangelogError, UnsupportedQuery
 from txjoin.join.plan import OutputPlan, TableInfo, plan_output
 from txjoin.join.propagate import affected_partitions, closure, touched_keys

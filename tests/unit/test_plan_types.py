@@ -13,11 +13,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from txjoin.capture.values import ColumnType
 from txjoin.errors import ProtocolError, UnsupportedQuery
-from txjoin.join.engine import TableSchema, spark_arrow_type, to_arrow, type_label
+from txjoin.join.engine import TableSchema, spark_arrow_type, to_arrow
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan, TableInfo, plan_output
 from txjoin.pg.names import QualifiedName as Q
+from txjoin.pg.types import ColumnType
 
 T_TYPES = {
     "id": "int4",
@@ -166,10 +166,10 @@ def test_table_schema_info_carries_column_types() -> None:
         "many": "_numeric",
         "at": "time",
     }
-    assert type_label(ColumnType(1042, "bpchar", 7)) == "bpchar(3)"
-    assert type_label(ColumnType(1014, "_bpchar", 9)) == "_bpchar(5)"
-    assert type_label(ColumnType(1231, "_numeric", ((12 << 16) | 3) + 4)) == "_numeric(12,3)"
-    assert type_label(ColumnType(1043, "varchar", 20)) == "varchar"
+    assert ColumnType(1042, "bpchar", 7).label == "bpchar(3)"
+    assert ColumnType(1014, "_bpchar", 9).label == "_bpchar(5)"
+    assert ColumnType(1231, "_numeric", ((12 << 16) | 3) + 4).label == "_numeric(12,3)"
+    assert ColumnType(1043, "varchar", 20).label == "varchar"
     hash(info)  # still usable as a set member or dict key
 
 

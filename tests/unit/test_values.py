@@ -8,15 +8,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from txjoin.capture.values import (
-    ColumnType,
-    arrow_type,
-    from_debezium,
-    parse_array_literal,
-    spark_type_ddl,
-    to_debezium,
-)
+from txjoin.debezium.values import arrow_type, from_debezium, parse_array_literal, spark_type_ddl, to_debezium
 from txjoin.errors import ProtocolError
+from txjoin.pg.types import ColumnType
 
 INT4 = ColumnType(23, "int4")
 INT8 = ColumnType(20, "int8")

@@ -6,44 +6,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from txjoin.debezium.topics import heartbeat_topic, table_topic, transaction_topic, validate_prefix
 from txjoin.errors import ConfigError
 from txjoin.pg.names import QualifiedName, validate_publication_name, validate_slot_name
 
-__all__ = [
-    "CaptureConfig",
-    "heartbeat_topic",
-    "table_topic",
-    "transaction_topic",
-    "validate_prefix",
-]
-
-_PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def validate_prefix(prefix: str) -> str:
-    """A topic prefix (Debezium's ``topic.prefix``): no dots, so topics parse back."""
-    if not _PREFIX_RE.match(prefix) or len(prefix) > 100:
-        raise ConfigError(
-            f"source name {prefix!r} is invalid as a topic prefix: use letters, digits, '_' and "
-            "'-' (no dots), at most 100 characters",
-            source=prefix,
-        )
-    return prefix
-
-
-def table_topic(prefix: str, table: QualifiedName) -> str:
-    return f"{prefix}.{table.schema}.{table.table}"
-
-
-def transaction_topic(prefix: str) -> str:
-    return f"{prefix}.transaction"
-
-
-def heartbeat_topic(prefix: str) -> str:
-    # Debezium names it __debezium-heartbeat.<prefix>; names starting with '_'
-    # are hidden from Spark's file source, and we want heartbeats in the stream.
-    return f"{prefix}.heartbeat"
-
+__all__ = ["CaptureConfig"]
 
 _TOPIC_PART_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 

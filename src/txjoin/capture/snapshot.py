@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg2.extensions as ext
 
-from txjoin.capture import envelope
-from txjoin.capture.values import ColumnType
+from txjoin.debezium import envelope
+from txjoin.debezium.lsn import format_lsn
 from txjoin.pg import admin
 from txjoin.pg.names import quote_ident
+from txjoin.pg.types import ColumnType
 
 if TYPE_CHECKING:
     from txjoin.capture.stream import Capture, _Rel
@@ -169,5 +170,5 @@ def take_snapshot(cap: Capture, snapshot_name: str, consistent_lsn: int) -> None
         total,
         time.monotonic() - started,
         xid,
-        envelope.format_lsn(consistent_lsn),
+        format_lsn(consistent_lsn),
     )

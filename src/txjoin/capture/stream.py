@@ -32,7 +32,6 @@ import psycopg2
 import psycopg2.errors
 import psycopg2.extensions
 
-from txjoin.capture import envelope
 from txjoin.capture.config import CaptureConfig
 from txjoin.capture.pgoutput import (
     UNCHANGED_TOAST,
@@ -46,8 +45,10 @@ from txjoin.capture.pgoutput import (
     Update,
     decode,
 )
-from txjoin.capture.values import UNAVAILABLE, ColumnType, converter
 from txjoin.changelog import ChangelogReader, ChangelogWriter, SegmentChangelog
+from txjoin.debezium import envelope
+from txjoin.debezium.lsn import format_lsn, parse_lsn
+from txjoin.debezium.values import UNAVAILABLE, converter
 from txjoin.errors import (
     ChangelogError,
     SlotInUse,
@@ -57,6 +58,7 @@ from txjoin.errors import (
 )
 from txjoin.pg import admin
 from txjoin.pg.names import QualifiedName
+from txjoin.pg.types import ColumnType
 
 __all__ = ["Capture", "CaptureStats"]
 
@@ -257,7 +259,7 @@ class Capture:
                 raise SourceError(
                     f"replication slot {self.config.slot!r} does not exist on {self.where}, but the "
                     f"changelog {self.config.changelog} already holds changes up to LSN "
-                    f"{envelope.format_lsn(self._durable_end)}: the slot was dropped and the changes "
+                    f"{format_lsn(self._durable_end)}: the slot was dropped and the changes "
                     "made since are lost to txjoin. Start over with an empty changelog directory "
                     "to take a new snapshot",
                     slot=self.config.slot,
@@ -279,7 +281,7 @@ class Capture:
                     slot=self.config.slot,
                 ) from e
             _slot, consistent_point, snapshot_name, _plugin = cur.fetchone()
-            lsn = envelope.parse_lsn(consistent_point)
+            lsn = parse_lsn(consistent_point)
             log.info("created slot %s on %s at %s", self.config.slot, self.where, consistent_point)
             if self.config.snapshot:
                 # The exported snapshot lives until the next command on `repl`.
@@ -398,12 +400,12 @@ class Capture:
         try:
             msg = decode(payload)
         except TxJoinError as e:
-            e.details.setdefault("lsn", envelope.format_lsn(data_start))
+            e.details.setdefault("lsn", format_lsn(data_start))
             raise
         tx = self._tx
         if isinstance(msg, Insert | Update | Delete):
             if tx is None:
-                raise SourceError(f"change outside a transaction at LSN {envelope.format_lsn(data_start)}")
+                raise SourceError(f"change outside a transaction at LSN {format_lsn(data_start)}")
             if tx.skip:
                 return
             rel = self._rels.get(msg.relid)
@@ -434,13 +436,13 @@ class Capture:
         elif isinstance(msg, Begin):
             if tx is not None:
                 raise SourceError(
-                    f"BEGIN inside transaction {tx.xid} at LSN {envelope.format_lsn(data_start)}"
+                    f"BEGIN inside transaction {tx.xid} at LSN {format_lsn(data_start)}"
                 )
             skip = msg.final_lsn < self._durable_end
             self._tx = _Tx(msg.xid, data_start, msg.commit_ts, skip)
         elif isinstance(msg, Commit):
             if tx is None:
-                raise SourceError(f"COMMIT without BEGIN at LSN {envelope.format_lsn(data_start)}")
+                raise SourceError(f"COMMIT without BEGIN at LSN {format_lsn(data_start)}")
             self._commit(tx, msg)
             self._tx = None
         elif isinstance(msg, Relation):
@@ -468,7 +470,7 @@ class Capture:
         if missing:
             raise SourceError(
                 f"table {name} lost its primary key column(s) {missing} (schema change at LSN "
-                f"{envelope.format_lsn(lsn)}): txjoin cannot key its rows any more; restore the "
+                f"{format_lsn(lsn)}): txjoin cannot key its rows any more; restore the "
                 "column or start a new pipeline for the new schema",
                 table=str(name),
             )

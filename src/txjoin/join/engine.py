@@ -20,11 +20,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from txjoin.capture.values import ColumnType, arrow_type, from_debezium
+from txjoin.debezium.values import arrow_type, from_debezium
 from txjoin.errors import ProtocolError, SchemaChangeError, SourceError, UnsupportedQuery
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan, TableInfo
 from txjoin.pg import admin
 from txjoin.pg.names import QualifiedName
+from txjoin.pg.types import ColumnType
 
 __all__ = [
     "NUMERIC_SCALE",
@@ -33,7 +34,6 @@ __all__ = [
     "load_schemas",
     "spark_arrow_type",
     "to_arrow",
-    "type_label",
 ]
 
 Row = dict[str, Any]
@@ -53,21 +53,8 @@ class TableSchema:
             self.source,
             tuple(n for n, _ in self.columns),
             self.primary_key,
-            types={n: type_label(c) for n, c in self.columns},
+            types={n: c.label for n, c in self.columns},
         )
-
-
-def type_label(col: ColumnType) -> str:
-    """``col`` as :attr:`TableInfo.types` names it: the type name plus the
-    modifiers that change how values are written ('numeric(10,2)', 'bpchar(3)')."""
-    if col.is_array:
-        return "_" + type_label(col.element)
-    ps = col.numeric_precision_scale
-    if ps is not None:
-        return f"numeric({ps[0]},{ps[1]})"
-    if col.name == "bpchar" and col.typmod >= 4:
-        return f"bpchar({col.typmod - 4})"
-    return col.name
 
 
 def load_schemas(dsn: str, source: str, tables: Sequence[QualifiedName]) -> dict[QualifiedName, TableSchema]:

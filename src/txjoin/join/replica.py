@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txjoin.capture.values import UNAVAILABLE
+from txjoin.debezium.values import UNAVAILABLE
 from txjoin.errors import ChangelogError, ConfigError, SchemaChangeError
 from txjoin.pg.names import QualifiedName
 

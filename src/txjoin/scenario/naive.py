@@ -27,11 +27,12 @@ import psycopg2
 import psycopg2.extras
 import pyarrow as pa
 
-from txjoin.capture.envelope import parse_tx_id
-from txjoin.capture.values import UNAVAILABLE, ColumnType, from_debezium
 from txjoin.changelog import ChangelogReader
+from txjoin.debezium.envelope import parse_tx_id
+from txjoin.debezium.values import UNAVAILABLE, from_debezium
 from txjoin.errors import TxJoinError
 from txjoin.pg.names import QualifiedName, quote_ident
+from txjoin.pg.types import ColumnType
 from txjoin.verify.replay import read_schema
 
 __all__ = ["NaiveBaseline", "NaiveVersion"]

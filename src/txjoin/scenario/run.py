@@ -30,10 +30,10 @@ from typing import Any
 import psycopg2
 import psycopg2.extensions
 
-from txjoin.capture.envelope import parse_tx_id
 from txjoin.changelog import ChangelogReader
 from txjoin.check.harness import check_versions, oracle_for
 from txjoin.check.oracle import Oracle
+from txjoin.debezium.envelope import parse_tx_id
 from txjoin.delta_sink import DeltaRsStore
 from txjoin.errors import SourceError, TxJoinError
 from txjoin.join.plan import OutputPlan

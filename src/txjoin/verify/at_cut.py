@@ -24,11 +24,12 @@ import psycopg2.extras
 import sqlglot
 from sqlglot import exp
 
-from txjoin.capture.values import ColumnType, from_debezium
+from txjoin.debezium.values import from_debezium
 from txjoin.delta_sink import Commit, DeltaRsStore, DeltaStore
 from txjoin.errors import ConfigError, SinkError
 from txjoin.pg import admin
 from txjoin.pg.names import QualifiedName, quote_ident
+from txjoin.pg.types import ColumnType
 from txjoin.verify.compare import Difference, compare_rows
 from txjoin.verify.replay import read_schema, replay
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txjoin.capture.envelope import parse_tx_id
-from txjoin.capture.values import UNAVAILABLE
 from txjoin.changelog import ChangelogReader
+from txjoin.debezium.envelope import parse_tx_id
+from txjoin.debezium.values import UNAVAILABLE
 from txjoin.errors import ChangelogError
 
 __all__ = ["Replay", "TxEnd", "read_schema", "read_transactions", "replay"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
@@ -26,10 +25,10 @@ from typing import Any
 import pyarrow as pa
 
 from txjoin.errors import ProtocolError
+from txjoin.pg.types import ColumnType
 
 __all__ = [
     "UNAVAILABLE",
-    "ColumnType",
     "JSONValue",
     "arrow_type",
     "converter",
@@ -55,38 +54,6 @@ _STRINGS = {
     "citext", "inet", "cidr", "macaddr", "macaddr8", "bit", "varbit", "money",
     "interval", "timetz", "tsvector", "tsquery", "ltree",
 }  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class ColumnType:
-    """A column's type as pgoutput describes it."""
-
-    oid: int
-    #: ``pg_type.typname``: 'int4', '_int4' (array of int4), 'numeric' ...
-    name: str
-    typmod: int = -1
-
-    @property
-    def is_array(self) -> bool:
-        return self.name.startswith("_")
-
-    @property
-    def element(self) -> ColumnType:
-        if not self.is_array:
-            raise ValueError(f"{self.name} is not an array type")
-        return ColumnType(0, self.name[1:], self.typmod)
-
-    @property
-    def numeric_precision_scale(self) -> tuple[int, int] | None:
-        """``(precision, scale)`` of ``numeric(p, s)``; None when unconstrained."""
-        if self.name != "numeric" or self.typmod < 4:
-            return None
-        m = self.typmod - 4
-        precision = (m >> 16) & 0xFFFF
-        scale = m & 0xFFFF
-        if scale >= 0x8000:  # PostgreSQL 15 allows negative scales
-            scale -= 0x10000
-        return precision, scale
 
 
 def _bad(col: ColumnType, text: str, why: str) -> ProtocolError:

@@ -28,9 +28,7 @@ __all__ = [
     "change_event",
     "dumps",
     "end_event",
-    "format_lsn",
     "heartbeat_event",
-    "parse_lsn",
     "parse_tx_id",
 ]
 
@@ -171,18 +169,3 @@ def parse_tx_id(tx_id: str) -> tuple[int, int]:
         raise ProtocolError(
             f"transaction id {tx_id!r} is not of Debezium's PostgreSQL form 'xid:lsn'"
         ) from None
-
-
-def format_lsn(lsn: int) -> str:
-    """PostgreSQL's text form of an LSN: ``X/XXXXXXXX``."""
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:08X}"
-
-
-def parse_lsn(text: str) -> int:
-    hi, sep, lo = text.partition("/")
-    try:
-        if not sep:
-            raise ValueError
-        return (int(hi, 16) << 32) | int(lo, 16)
-    except ValueError:
-        raise ProtocolError(f"{text!r} is not an LSN (expected X/XXXXXXXX)") from None
