@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.common import Stat, bench_spark, machine, write_figures
+from txjoin.cut import Cut
 from txjoin.join.engine import TableSchema
 from txjoin.join.replica import Change
 from txjoin.pg.names import QualifiedName
@@ -133,7 +134,7 @@ def load(pipeline: Pipeline, n: int, data: Path) -> None:
                     for k, r in enumerate(rows[start : start + 100_000])
                 ]
             )
-    cut = {"shop": {"lsn": 1, "xid": 1, "transactions": 1, "commit_ts_ms": 0}}
+    cut = {"shop": Cut(lsn=1, xid=1, transactions=1, commit_ts_ms=0)}
     store._set_meta("initialized", {"enriched": pipeline._fingerprint("enriched")})
     store.commit(0, {}, cut)
     data.mkdir(parents=True, exist_ok=True)
@@ -151,7 +152,7 @@ def full_recompute(pipeline: Pipeline, spark: Any, data: Path, batch: int) -> fl
     out = pipeline.spec.outputs["enriched"].path
     pipeline.delta.replace_partitions(
         out, result, key=plan.key, partition_cols=plan.partition_cols, partitions=None,
-        cut={"shop": {"lsn": 1, "xid": 1}}, batch=batch, app_id="bench:full",
+        cut={"shop": Cut(1, 1)}, batch=batch, app_id="bench:full",
     )  # fmt: skip
     return time.monotonic() - started
 
@@ -166,7 +167,7 @@ def rebuild(pipeline: Pipeline, batch: int) -> float:
     result = pipeline.engine.run(plan, closure(plan, pipeline.store, None))
     pipeline.delta.replace_partitions(
         pipeline.spec.outputs["enriched"].path, result, key=plan.key, partition_cols=plan.partition_cols,
-        partitions=None, cut={"shop": {"lsn": 1, "xid": 1}}, batch=batch, app_id="bench:rebuild",
+        partitions=None, cut={"shop": Cut(1, 1)}, batch=batch, app_id="bench:rebuild",
     )  # fmt: skip
     return time.monotonic() - started
 

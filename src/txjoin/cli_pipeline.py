@@ -104,7 +104,7 @@ def _verify(args: argparse.Namespace) -> int:
     for name in names:
         r = verify_output(spec, name, args.version)
         cut = ", ".join(
-            f"{s} lsn {_lsn(int(c['lsn']))} xid {c['xid']} ({c.get('transactions', '?')} transactions)"
+            f"{s} lsn {_lsn(c.lsn)} xid {c.xid} ({_count(c.transactions)} transactions)"
             for s, c in sorted(r.commit.cut.items())
         )
         if r.ok:
@@ -123,6 +123,10 @@ def _lsn(v: int) -> str:
     from txjoin.debezium.lsn import format_lsn
 
     return format_lsn(v)
+
+
+def _count(n: int | None) -> str:
+    return "?" if n is None else str(n)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -149,7 +153,7 @@ def _show(args: argparse.Namespace) -> int:
     print(f"{args.output} version {version} of {history[-1].version} at {path}")
     for s, c in sorted(commit.cut.items()):
         print(
-            f"  cut {s}: lsn {_lsn(int(c['lsn']))}, xid {c['xid']}, {c.get('transactions', '?')} transactions"
+            f"  cut {s}: lsn {_lsn(c.lsn)}, xid {c.xid}, {_count(c.transactions)} transactions"
         )
     rows = table.to_pylist()
     print(f"  {len(rows)} rows" + (f" (first {args.limit})" if len(rows) > args.limit else ""))

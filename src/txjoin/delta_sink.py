@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -27,20 +27,21 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from txjoin.cut import Cut, cuts_from_json, cuts_to_json
 from txjoin.errors import SinkError
 
-__all__ = ["Commit", "DeltaRsStore", "DeltaStore", "sql_literal"]
+__all__ = ["DeltaRsStore", "DeltaStore", "OutputVersion", "sql_literal"]
 
 CUT_KEY = "txjoin.cut"
 BATCH_KEY = "txjoin.batch"
 
 
 @dataclass(frozen=True)
-class Commit:
+class OutputVersion:
     """One version of an output table as txjoin wrote it."""
 
     version: int
-    cut: dict[str, Any]
+    cut: dict[str, Cut]
     batch: int | None
     operation: str
     #: When the commit was written (ms since the epoch, from the Delta log).
@@ -60,22 +61,26 @@ class DeltaStore(Protocol):
         key: Sequence[str],
         partition_cols: Sequence[str],
         partitions: Sequence[Sequence[Any]] | None,
-        cut: dict[str, Any],
+        cut: Mapping[str, Cut],
         batch: int,
         app_id: str,
     ) -> int:
         """Commit ``rows`` as the new content of ``partitions``; return the version."""
         ...
 
-    def advance(self, path: Path, *, cut: dict[str, Any], batch: int, app_id: str) -> int:
+    def advance(self, path: Path, *, cut: Mapping[str, Cut], batch: int, app_id: str) -> int:
         """Commit no row change, only a newer ``cut``; return the version."""
         ...
 
-    def history(self, path: Path) -> list[Commit]: ...
+    def history(self, path: Path) -> list[OutputVersion]: ...
 
     def read(self, path: Path, version: int | None = None) -> pa.Table: ...
 
     def exists(self, path: Path) -> bool: ...
+
+
+def _cut_text(cut: Mapping[str, Cut]) -> str:
+    return json.dumps(cuts_to_json(cut), sort_keys=True)
 
 
 class _NoLiteral(Exception):
@@ -228,14 +233,14 @@ class DeltaRsStore:
         key: Sequence[str],
         partition_cols: Sequence[str],
         partitions: Sequence[Sequence[Any]] | None,
-        cut: dict[str, Any],
+        cut: Mapping[str, Cut],
         batch: int,
         app_id: str,
     ) -> int:
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
         props = CommitProperties(
-            custom_metadata={CUT_KEY: json.dumps(cut, sort_keys=True), BATCH_KEY: str(batch)},
+            custom_metadata={CUT_KEY: _cut_text(cut), BATCH_KEY: str(batch)},
             app_transactions=[Transaction(app_id=app_id, version=batch)],
         )
         rows = _sorted(rows, partition_cols or key)
@@ -351,7 +356,7 @@ class DeltaRsStore:
         )  # fmt: skip
         return int(DeltaTable(str(path)).version())
 
-    def _maybe_compact(self, path: Path, cut: dict[str, Any], batch: int) -> None:
+    def _maybe_compact(self, path: Path, cut: Mapping[str, Cut], batch: int) -> None:
         from deltalake import CommitProperties, DeltaTable
 
         dt = DeltaTable(str(path))
@@ -359,15 +364,15 @@ class DeltaRsStore:
         if sum(1 for s in sizes if s < self.file_bytes // 2) < self.compact_after:
             return
         props = CommitProperties(
-            custom_metadata={CUT_KEY: json.dumps(cut, sort_keys=True), BATCH_KEY: str(batch)}
+            custom_metadata={CUT_KEY: _cut_text(cut), BATCH_KEY: str(batch)}
         )
         dt.optimize.compact(target_size=self.file_bytes, commit_properties=props)
 
-    def advance(self, path: Path, *, cut: dict[str, Any], batch: int, app_id: str) -> int:
+    def advance(self, path: Path, *, cut: Mapping[str, Cut], batch: int, app_id: str) -> int:
         from deltalake import CommitProperties, DeltaTable, Transaction
 
         props = CommitProperties(
-            custom_metadata={CUT_KEY: json.dumps(cut, sort_keys=True), BATCH_KEY: str(batch)},
+            custom_metadata={CUT_KEY: _cut_text(cut), BATCH_KEY: str(batch)},
             app_transactions=[Transaction(app_id=app_id, version=batch)],
         )
         try:
@@ -382,15 +387,17 @@ class DeltaRsStore:
                 batch=batch,
             ) from e
 
-    def history(self, path: Path) -> list[Commit]:
+    def history(self, path: Path) -> list[OutputVersion]:
         from deltalake import DeltaTable
 
         out = []
         for h in DeltaTable(str(path)).history():
-            cut = json.loads(h[CUT_KEY]) if CUT_KEY in h else {}
+            cut = cuts_from_json(json.loads(h[CUT_KEY])) if CUT_KEY in h else {}
             batch = int(h[BATCH_KEY]) if BATCH_KEY in h else None
             out.append(
-                Commit(int(h["version"]), cut, batch, str(h.get("operation", "")), int(h.get("timestamp", 0)))
+                OutputVersion(
+                    int(h["version"]), cut, batch, str(h.get("operation", "")), int(h.get("timestamp", 0))
+                )
             )
         return sorted(out, key=lambda c: c.version)
 

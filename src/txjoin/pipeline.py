@@ -33,6 +33,7 @@ import pandas as pd
 from txjoin import errors
 from txjoin.assemble.buffer import AssemblerConfig
 from txjoin.assemble.spark import assemble_stream
+from txjoin.cut import Cut, same_position
 from txjoin.debezium.record import parse_record
 from txjoin.debezium.values import from_debezium
 from txjoin.decode import ChangelogInput, read_events
@@ -129,9 +130,9 @@ class Pipeline:
         self.failure: BaseException | None = None
         self.history: list[BatchStats] = []
         #: Per source, the cut every output reflects once its batch is published.
-        self.progress: dict[str, dict[str, Any]] = {}
+        self.progress: dict[str, Cut] = {}
         #: Per output: the cut of its last Delta version and when it was written.
-        self._published: dict[str, tuple[dict[str, Any], float]] = {}
+        self._published: dict[str, tuple[dict[str, Cut], float]] = {}
         self._check_outputs()
 
     def _check_outputs(self) -> None:
@@ -240,7 +241,7 @@ class Pipeline:
                     "Delete both (and the output tables) to rebuild from the changelog",
                 )
             affected = store.pending(batch_id)
-            cuts: dict[str, Any] = store.meta("cuts", {})
+            cuts = store.cuts()
             stats.replayed = True
         else:
             if store.last_batch != batch_id - 1:
@@ -250,17 +251,17 @@ class Pipeline:
                     "batches are missing, so the checkpoint and the replica store do not belong together. "
                     "Delete both (and the output tables) to rebuild from the changelog",
                 )
-            cuts = dict(store.meta("cuts", {}))
+            cuts = store.cuts()
             for source, g in rows.groupby("source") if len(rows) else []:
                 last = g.loc[g["commit_lsn"].idxmax()]
-                prev = cuts.get(str(source), {})
-                cuts[str(source)] = {
-                    "lsn": int(last["commit_lsn"]),
-                    "xid": int(last["xid"]),
-                    "transactions": int(last["tx_seq"]),
-                    "commit_ts_ms": int(last["commit_ts_ms"]),
-                }
-                if prev and int(prev["lsn"]) > int(last["commit_lsn"]):
+                prev = cuts.get(str(source))
+                cuts[str(source)] = Cut(
+                    lsn=int(last["commit_lsn"]),
+                    xid=int(last["xid"]),
+                    transactions=int(last["tx_seq"]),
+                    commit_ts_ms=int(last["commit_ts_ms"]),
+                )
+                if prev is not None and prev.lsn > int(last["commit_lsn"]):
                     raise ChangelogError(f"source {source!s}: released commit LSN went backwards")
             t0 = time.monotonic()
             affected = self._apply(changes, cuts)
@@ -268,9 +269,9 @@ class Pipeline:
             store.commit(batch_id, affected, cuts)
             crash_point("after-replica-commit")
         for source, cut in cuts.items():
-            stats.last_commit_ts_ms[source] = int(cut.get("commit_ts_ms", 0))
+            stats.last_commit_ts_ms[source] = cut.commit_ts_ms or 0
         self._publish(batch_id, affected, cuts, stats)
-        self.progress = {k: dict(v) for k, v in cuts.items()}
+        self.progress = dict(cuts)
         stats.seconds = time.monotonic() - started
         self.history.append(stats)
         if self.on_batch is not None:
@@ -321,7 +322,7 @@ class Pipeline:
         used: set[str] = cache.get(table, set())
         return used
 
-    def _apply(self, changes: list[Change], cuts: dict[str, Any]) -> dict[str, list[list[Any]] | None]:
+    def _apply(self, changes: list[Change], cuts: dict[str, Cut]) -> dict[str, list[list[Any]] | None]:
         store = self.store
         store.begin()
         try:
@@ -369,7 +370,7 @@ class Pipeline:
         self,
         batch_id: int,
         affected: dict[str, list[list[Any]] | None],
-        cuts: dict[str, Any],
+        cuts: dict[str, Cut],
         stats: BatchStats,
     ) -> None:
         now = time.monotonic()
@@ -418,7 +419,7 @@ class Pipeline:
         self,
         batch_id: int,
         affected: dict[str, list[list[Any]] | None],
-        cuts: dict[str, Any],
+        cuts: dict[str, Cut],
         stats: BatchStats,
         now: float,
     ) -> None:
@@ -437,7 +438,7 @@ class Pipeline:
                 history = self.delta.history(out.path)
                 self._published[name] = (history[-1].cut if history else {}, 0.0)
             last_cut, at = self._published[name]
-            if _same_cut(last_cut, cut) or now - at < interval:
+            if same_position(last_cut, cut) or now - at < interval:
                 continue
             app_id = self._app_id(name)
             done = self.delta.committed_batch(out.path, app_id)
@@ -446,10 +447,6 @@ class Pipeline:
             stats.commits[name] = self.delta.advance(out.path, cut=cut, batch=batch_id, app_id=app_id)
             stats.partitions[name] = 0
             self._published[name] = (cut, now)
-
-
-def _same_cut(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return {s: int(c["lsn"]) for s, c in a.items()} == {s: int(c["lsn"]) for s, c in b.items()}
 
 
 def _only_partitions(plan: OutputPlan, result: Any, keys: set[str]) -> Any:

@@ -169,7 +169,7 @@ def test_crash_between_replica_update_and_output_commits(spark: Any, pg_db: str,
         pipeline_plan = pipeline.plans[name]
         assert check_every_version(pipeline_plan, paths[name], "bank", oracle.results[name]) == 3
         last = store.history(paths[name])[-1]
-        assert last.cut["bank"]["xid"] == xids[-1]
+        assert last.cut["bank"].xid == xids[-1]
         diff = compare_rows(
             store.read(paths[name]).to_pylist(),
             oracle.query(name),

@@ -118,7 +118,7 @@ def test_every_delta_version_equals_the_order_join_on_postgresql(
             xids = _workload(pg_db, oracle, 60, seed=3)
             last = xids[-1]
             wait_until(
-                lambda: pipeline.progress.get("shop", {}).get("xid") == last,
+                lambda: "shop" in pipeline.progress and pipeline.progress["shop"].xid == last,
                 120,
                 "the pipeline to catch up",
                 check=lambda: _check_all(ct.check, pipeline.check),

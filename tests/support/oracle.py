@@ -56,16 +56,16 @@ def check_every_version(
     last_lsn = -1
     for commit in history:
         cut = commit.cut[source]
-        assert cut["lsn"] >= last_lsn, f"version {commit.version}: cut went backwards"
-        last_lsn = cut["lsn"]
-        want = expected.get(cut["xid"])
-        assert want is not None, f"version {commit.version}: cut xid {cut['xid']} was never recorded"
+        assert cut.lsn >= last_lsn, f"version {commit.version}: cut went backwards"
+        last_lsn = cut.lsn
+        want = expected.get(cut.xid)
+        assert want is not None, f"version {commit.version}: cut xid {cut.xid} was never recorded"
         got = delta.read(path, commit.version).to_pylist()
         diff = compare_rows(
             got, want, plan.columns, json_columns=plan.json_columns, unordered_columns=plan.unordered_columns
         )
         assert not diff, (
-            f"{plan.name} version {commit.version} (cut xid {cut['xid']}) differs:\n{diff.describe()}"
+            f"{plan.name} version {commit.version} (cut xid {cut.xid}) differs:\n{diff.describe()}"
         )
     return len(history)
 

@@ -13,13 +13,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from txjoin.cut import Cut
 from txjoin.delta_sink import MAX_PREDICATE_TERMS, DeltaRsStore, _int_runs, _partition_predicate, _TooLong
 
 
 def _commit(store: DeltaRsStore, path: Path, rows: pa.Table, parts: list[list[Any]] | None, batch: int) -> int:
     return store.replace_partitions(
         path, rows, key=["id"], partition_cols=["id"], partitions=parts,
-        cut={"s": {"lsn": batch}}, batch=batch, app_id="test",
+        cut={"s": Cut(batch)}, batch=batch, app_id="test",
     )  # fmt: skip
 
 
@@ -67,4 +68,4 @@ def test_replace_tens_of_thousands_of_partitions(tmp_path: Path, spread: str) ->
     expected.update({i: f"b{i}" for i in new})
     expected[None] = "bNone"
     assert got == expected
-    assert max(store.history(path), key=lambda c: c.version).cut == {"s": {"lsn": 1}}
+    assert max(store.history(path), key=lambda c: c.version).cut == {"s": Cut(1)}

@@ -26,6 +26,7 @@ import psycopg2
 
 from txjoin.changelog import ChangelogReader
 from txjoin.check.oracle import Oracle, OracleOutput
+from txjoin.cut import Cut
 from txjoin.delta_sink import DeltaRsStore, DeltaStore
 from txjoin.errors import TxJoinError
 from txjoin.join.plan import OutputPlan
@@ -79,11 +80,11 @@ class Workload:
 class Violation:
     output: str
     version: int
-    cut: dict[str, Any]
+    cut: dict[str, Cut]
     detail: str
 
     def __str__(self) -> str:
-        cut = ", ".join(f"{s} xid {c.get('xid')}" for s, c in sorted(self.cut.items()))
+        cut = ", ".join(f"{s} xid {c.xid}" for s, c in sorted(self.cut.items()))
         return f"{self.output} version {self.version} (cut {cut}): {self.detail}"
 
 
@@ -232,11 +233,11 @@ def check_versions(
         for commit in history:
             cut = commit.cut
             for s, c in cut.items():
-                if int(c["lsn"]) < last.get(s, -1):
+                if c.lsn < last.get(s, -1):
                     violations.append(
                         Violation(name, commit.version, cut, f"the cut of source {s} went back")
                     )
-                last[s] = int(c["lsn"])
+                last[s] = c.lsn
             if not oracle.known(name, cut):
                 violations.append(
                     Violation(name, commit.version, cut, "its cut names a transaction never committed")

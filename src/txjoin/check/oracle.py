@@ -28,6 +28,7 @@ import psycopg2.extras
 import sqlglot
 from sqlglot import exp
 
+from txjoin.cut import Cut
 from txjoin.errors import TxJoinError
 from txjoin.pg.names import QualifiedName, quote_ident
 
@@ -143,20 +144,20 @@ class Oracle:
         return out
 
     # -- expectations -------------------------------------------------------------
-    def known(self, output: str, cut: Mapping[str, Mapping[str, Any]]) -> bool:
+    def known(self, output: str, cut: Mapping[str, Cut]) -> bool:
         o = self.outputs[output]
         if len(o.sources) == 1:
-            return int(cut[next(iter(o.sources))]["xid"]) in self.results[output]
-        return all(int(cut[s]["xid"]) in self.snapshots[s] for s in o.sources)
+            return cut[next(iter(o.sources))].xid in self.results[output]
+        return all(cut[s].xid in self.snapshots[s] for s in o.sources)
 
-    def expected(self, output: str, cut: Mapping[str, Mapping[str, Any]]) -> list[Row]:
+    def expected(self, output: str, cut: Mapping[str, Cut]) -> list[Row]:
         """The output's SQL on PostgreSQL at ``cut`` (per source: the xid of its last transaction)."""
         o = self.outputs[output]
         if len(o.sources) == 1:
-            return self.results[output][int(cut[next(iter(o.sources))]["xid"])]
-        key = (output, tuple(sorted((s, int(cut[s]["xid"])) for s in o.sources)))
+            return self.results[output][cut[next(iter(o.sources))].xid]
+        key = (output, tuple(sorted((s, cut[s].xid) for s in o.sources)))
         if key not in self._cache:
-            snaps = {s: self.snapshots[s][int(cut[s]["xid"])] for s in o.sources}
+            snaps = {s: self.snapshots[s][cut[s].xid] for s in o.sources}
             self._cache[key] = self._evaluate(o, snaps)
         return self._cache[key]
 

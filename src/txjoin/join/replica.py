@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txjoin.cut import Cut, cuts_from_json, cuts_to_json
 from txjoin.debezium.values import UNAVAILABLE
 from txjoin.errors import ChangelogError, ConfigError, SchemaChangeError
 from txjoin.pg.names import QualifiedName
@@ -147,6 +148,10 @@ class ReplicaStore:
     def _set_meta(self, key: str, value: Any) -> None:
         self.db.execute("INSERT OR REPLACE INTO _meta VALUES (?, ?)", (key, json.dumps(value)))
 
+    def cuts(self) -> dict[str, Cut]:
+        """Per source, the cut of the last committed batch."""
+        return cuts_from_json(self.meta("cuts", {}))
+
     @property
     def last_batch(self) -> int:
         return int(self.meta("last_batch", -1))
@@ -240,7 +245,7 @@ class ReplicaStore:
         self.db.execute("BEGIN IMMEDIATE")
 
     def commit(
-        self, batch: int, affected: Mapping[str, list[list[Any]] | None], cuts: Mapping[str, Any]
+        self, batch: int, affected: Mapping[str, list[list[Any]] | None], cuts: Mapping[str, Cut]
     ) -> None:
         """Record the batch's affected partitions and cut, then commit."""
         self.db.execute("DELETE FROM _pending WHERE batch < ?", (batch - 1,))
@@ -249,7 +254,7 @@ class ReplicaStore:
             [(batch, output, json.dumps(parts)) for output, parts in affected.items()],
         )
         self._set_meta("last_batch", batch)
-        self._set_meta("cuts", dict(cuts))
+        self._set_meta("cuts", cuts_to_json(cuts))
         self.db.execute("COMMIT")
 
     def rollback(self) -> None:

@@ -33,6 +33,7 @@ import psycopg2.extensions
 from txjoin.changelog import ChangelogReader
 from txjoin.check.harness import check_versions, oracle_for
 from txjoin.check.oracle import Oracle
+from txjoin.cut import Cut
 from txjoin.debezium.envelope import parse_tx_id
 from txjoin.delta_sink import DeltaRsStore
 from txjoin.errors import SourceError, TxJoinError
@@ -213,12 +214,13 @@ def _naive_torn(
             continue
         # Several sources: a state the sources really had is, per source, a
         # prefix of whole transactions; compare with the SQL at the largest one.
-        cut: dict[str, dict[str, Any]] = {}
+        cut: dict[str, Cut] = {}
         whole = True
         for s in out.sources:
             floor, _ceiling, w = applied_transactions(naive.changelog, v.offsets, s)
             whole &= w
-            cut[s] = {"xid": ends[s][max(floor, 1) - 1].xid}
+            end = ends[s][max(floor, 1) - 1]
+            cut[s] = Cut(end.end_lsn, end.xid)
         if whole:
             continue
         if not oracle.known(v.output, cut) or key != _rows_key(oracle.expected(v.output, cut), plan):
@@ -246,7 +248,8 @@ def _latency(
             if not touched & {str(t) for t in plan.tables}:
                 continue
             for commit in histories[name]:
-                if int(commit.cut.get(c.source, {}).get("lsn", -1)) >= end.end_lsn:
+                reached = commit.cut.get(c.source)
+                if reached is not None and reached.lsn >= end.end_lsn:
                     out.append((c.at, max(0.0, commit.timestamp_ms / 1000 - c.at)))
                     break
     return out
@@ -441,7 +444,7 @@ def _converge(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureThreads, 
                 done = False
                 break
             cut = delta.history(out.path)[-1].cut
-            if any(int(cut.get(s, {}).get("lsn", -1)) < last[s] for s in cut):
+            if any(c.lsn < last[s] for s, c in cut.items()):
                 done = False
                 break
         if done:

@@ -25,7 +25,7 @@ import sqlglot
 from sqlglot import exp
 
 from txjoin.debezium.values import from_debezium
-from txjoin.delta_sink import Commit, DeltaRsStore, DeltaStore
+from txjoin.delta_sink import DeltaRsStore, DeltaStore, OutputVersion
 from txjoin.errors import ConfigError, SinkError
 from txjoin.pg import admin
 from txjoin.pg.names import QualifiedName, quote_ident
@@ -122,7 +122,7 @@ def _pg_value(v: Any) -> Any:
 class VerifyResult:
     output: str
     version: int
-    commit: Commit
+    commit: OutputVersion
     output_rows: int
     source_rows: int
     difference: Difference
@@ -167,7 +167,7 @@ def verify_output(
     states: dict[QualifiedName, TableState] = {}
     for source_name, cut in commit.cut.items():
         tables = [t for t in plan.tables if schemas[t].source == source_name]
-        states.update(tables_at_cut(spec.changelog, source_name, tables, int(cut["lsn"])))
+        states.update(tables_at_cut(spec.changelog, source_name, tables, cut.lsn))
     first = spec.sources[next(iter(commit.cut))]
     conn = admin.connect(first.dsn)
     try:
