@@ -40,8 +40,8 @@ import pyarrow.parquet as pq
 
 from bench.common import Stat, bench_spark, machine, write_figures
 from txjoin.cut import Cut
-from txjoin.join.engine import TableSchema
 from txjoin.join.replica import Change
+from txjoin.pg.catalog import Column, Table
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 from txjoin.pipeline import Pipeline
@@ -58,12 +58,15 @@ TEXT = ColumnType(25, "text", -1)
 TX_PER_BATCH = 200
 
 
-def schemas() -> dict[QualifiedName, TableSchema]:
+def tables() -> dict[QualifiedName, Table]:
+    def cols(*named: tuple[str, ColumnType]) -> tuple[Column, ...]:
+        return tuple(Column(n, t) for n, t in named)
+
     return {
-        ORDERS: TableSchema(
-            ORDERS, "shop", (("id", INT4), ("client_id", INT4), ("amount", INT4), ("note", TEXT)), ("id",)
+        ORDERS: Table(
+            ORDERS, "shop", cols(("id", INT4), ("client_id", INT4), ("amount", INT4), ("note", TEXT)), ("id",)
         ),
-        CLIENTS: TableSchema(CLIENTS, "shop", (("id", INT4), ("name", TEXT), ("region", TEXT)), ("id",)),
+        CLIENTS: Table(CLIENTS, "shop", cols(("id", INT4), ("name", TEXT), ("region", TEXT)), ("id",)),
     }
 
 
@@ -184,7 +187,7 @@ def run_size(spark: Any, n: int, pattern: str, batches: int, root: Path) -> dict
         root,
         "bench spec",
     )
-    pipeline = Pipeline(spec, spark, schemas=schemas())
+    pipeline = Pipeline(spec, spark, tables=tables())
     t0 = time.monotonic()
     load(pipeline, n, state / "parquet")
     loaded = time.monotonic() - t0

@@ -147,10 +147,11 @@ class _Progress:
 
 def _slots(args: argparse.Namespace) -> int:
     from txjoin.pg import admin
+    from txjoin.pg.connect import connect, describe_dsn
 
     dsn = _dsn(args)
-    where = admin.describe_dsn(dsn)
-    conn = admin.connect(dsn)
+    where = describe_dsn(dsn)
+    conn = connect(dsn)
     try:
         if args.action == "list":
             slots = admin.list_slots(conn)

@@ -23,7 +23,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,12 @@ from txjoin.decode import ChangelogInput, read_events
 from txjoin.delta_sink import DeltaRsStore, DeltaStore
 from txjoin.errors import ChangelogError, SchemaChangeError, TxJoinError
 from txjoin.faults import crash_point
-from txjoin.join.engine import SparkEngine, TableSchema, load_schemas
-from txjoin.join.plan import OutputPlan, plan_output
+from txjoin.join.engine import SparkEngine
+from txjoin.join.plan import OutputPlan
+from txjoin.join.planned import plan_outputs
 from txjoin.join.propagate import affected_partitions, closure, touched_keys
-from txjoin.join.replica import Change, ReplicaStore, TableSpec, encode
+from txjoin.join.replica import Change, ReplicaStore, encode
+from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName, parse_table_name
 from txjoin.spec import PipelineSpec
 
@@ -83,7 +85,7 @@ class Pipeline:
         spark: Any,
         *,
         delta: DeltaStore | None = None,
-        schemas: dict[QualifiedName, TableSchema] | None = None,
+        tables: Mapping[QualifiedName, Table] | None = None,
         on_batch: Callable[[BatchStats], None] | None = None,
     ) -> None:
         self.spec = spec
@@ -92,39 +94,14 @@ class Pipeline:
             file_bytes=spec.options.output_file_bytes, compact_after=spec.options.compact_after_files
         )
         self.on_batch = on_batch
-        if schemas is None:
-            schemas = {}
-            for s in spec.sources.values():
-                schemas.update(load_schemas(s.dsn, s.name, s.tables))
-        self.schemas = schemas
-        infos = {t: sch.info for t, sch in schemas.items()}
-        self.plans: dict[str, OutputPlan] = {
-            name: plan_output(name, o.sql, o.key, infos) for name, o in spec.outputs.items()
-        }
-        indexed: dict[QualifiedName, set[str]] = {t: set() for t in schemas}
-        arrays: dict[QualifiedName, set[str]] = {t: set() for t in schemas}
-        for p in self.plans.values():
-            for t, cols in p.index_columns().items():
-                indexed[t] |= cols
-            for t, cols in p.array_columns().items():
-                arrays[t] |= cols
-        self.store = ReplicaStore(
-            spec.replicas,
-            [
-                TableSpec(
-                    t,
-                    sch.primary_key,
-                    frozenset(
-                        indexed[t] - set(sch.primary_key[:1]) if len(sch.primary_key) == 1 else indexed[t]
-                    ),
-                    frozenset(arrays[t]),
-                )
-                for t, sch in schemas.items()
-            ],
-        )
-        self.engine = SparkEngine(spark, schemas)
-        self.pks = {t: sch.primary_key for t, sch in schemas.items()}
-        self.sources_of = {name: {schemas[t].source for t in p.tables} for name, p in self.plans.items()}
+        planned = plan_outputs(spec, tables)
+        self.planned = planned
+        self.tables = dict(planned.tables)
+        self.plans: dict[str, OutputPlan] = dict(planned.plans)
+        self.store = ReplicaStore(spec.replicas, planned.replica_tables())
+        self.engine = SparkEngine(spark, self.tables)
+        self.pks = {t: table.primary_key for t, table in self.tables.items()}
+        self.sources_of = {name: planned.sources_of(name) for name in self.plans}
         self.query: Any = None
         #: The error the last micro-batch raised, if any.
         self.failure: BaseException | None = None
@@ -291,11 +268,11 @@ class Pipeline:
             strict=True,
         ):
             name = parse_table_name(table)
-            if name not in self.schemas:
+            if name not in self.tables:
                 continue  # captured but not used by any output
             rec = parse_record(value)
             before, after = rec.get("before"), rec.get("after")
-            used = self._used_columns(name)
+            used = self.planned.used_columns(name)
             if after is not None:
                 missing = used - set(after)
                 if missing:
@@ -310,17 +287,6 @@ class Pipeline:
                     )
             out.append(Change(name, str(op), int(lsn), int(order), before, after, int(xid)))
         return out
-
-    def _used_columns(self, table: QualifiedName) -> set[str]:
-        cache = getattr(self, "_used_cache", None)
-        if cache is None:
-            cache = {}
-            for p in self.plans.values():
-                for alias, cols in p.used_columns.items():
-                    cache.setdefault(p.aliases[alias].name, set()).update(cols)
-            self._used_cache = cache
-        used: set[str] = cache.get(table, set())
-        return used
 
     def _apply(self, changes: list[Change], cuts: dict[str, Cut]) -> dict[str, list[list[Any]] | None]:
         store = self.store
@@ -410,8 +376,7 @@ class Pipeline:
 
     def _typed(self, plan: OutputPlan, parts: list[list[Any]]) -> list[list[Any]]:
         """Partition values as Python values of their column types (from Debezium's JSON)."""
-        schema = self.schemas[plan.aliases[plan.anchor].name]
-        types = dict(schema.columns)
+        types = self.tables[plan.aliases[plan.anchor].name].types
         ctypes = [types[c] for c in plan.anchor_cols]
         return [[from_debezium(v, t) for v, t in zip(p, ctypes, strict=True)] for p in parts]
 

@@ -103,7 +103,7 @@ def test_bad_specs_and_a_dropped_join_column_leave_the_output_at_its_last_good_v
         )
         wait_for_xids(spec.changelog, "shop", {dropped}, ct)
         for _attempt in range(2):  # the changelog keeps the events: the same error on every restart
-            pipeline = Pipeline(spec, spark, schemas=pipeline.schemas)
+            pipeline = Pipeline(spec, spark, tables=pipeline.tables)
             with pytest.raises(SchemaChangeError) as err:
                 pipeline.run_available()
             pipeline.close()

@@ -17,7 +17,7 @@ from txjoin.capture.config import CaptureConfig
 from txjoin.capture.stream import Capture
 from txjoin.changelog import ChangelogReader
 from txjoin.debezium.values import to_debezium
-from txjoin.pg.admin import session_options
+from txjoin.pg.connect import session_options
 from txjoin.pg.names import QualifiedName, parse_table_name, quote_ident
 from txjoin.pg.types import ColumnType
 from txjoin.verify.replay import read_transactions

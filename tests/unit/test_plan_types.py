@@ -14,8 +14,10 @@ import pyarrow as pa
 import pytest
 
 from txjoin.errors import ProtocolError, UnsupportedQuery
-from txjoin.join.engine import TableSchema, spark_arrow_type, to_arrow
+from txjoin.join.engine import spark_arrow_type, to_arrow
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan, TableInfo, plan_output
+from txjoin.join.planned import table_info
+from txjoin.pg.catalog import Column, Table
 from txjoin.pg.names import QualifiedName as Q
 from txjoin.pg.types import ColumnType
 
@@ -145,8 +147,12 @@ def test_join_types_are_not_checked_without_column_types() -> None:
     plan("SELECT t.id, o.id AS oid FROM t JOIN o ON t.n = o.i", ("id", "oid"), types=False)
 
 
+def table(name: Q, source: str, columns: tuple[tuple[str, ColumnType], ...], pk: tuple[str, ...]) -> Table:
+    return Table(name, source, tuple(Column(n, t) for n, t in columns), pk)
+
+
 def test_table_schema_info_carries_column_types() -> None:
-    schema = TableSchema(
+    schema = table(
         Q("public", "x"),
         "s",
         (
@@ -158,7 +164,7 @@ def test_table_schema_info_carries_column_types() -> None:
         ),
         ("id",),
     )
-    info = schema.info
+    info = table_info(schema)
     assert info.types == {
         "id": "int4",
         "amount": "numeric",
@@ -353,7 +359,7 @@ def test_numeric_columns_are_decimals_in_the_join_stage() -> None:
     assert spark_arrow_type(ColumnType(1083, "time")) == pa.string()
 
 
-SCHEMA = TableSchema(
+SCHEMA = table(
     Q("public", "ledger"),
     "s",
     (

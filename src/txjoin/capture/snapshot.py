@@ -21,7 +21,7 @@ import psycopg2.extensions as ext
 
 from txjoin.debezium import envelope
 from txjoin.debezium.lsn import format_lsn
-from txjoin.pg import admin
+from txjoin.pg.connect import connect
 from txjoin.pg.names import quote_ident
 from txjoin.pg.types import ColumnType
 
@@ -84,7 +84,7 @@ def take_snapshot(cap: Capture, snapshot_name: str, consistent_lsn: int) -> None
 
     cfg = cap.config
     started = time.monotonic()
-    conn = admin.connect(cfg.dsn)
+    conn = connect(cfg.dsn)
     try:
         _raw_text(conn)
         conn.set_session(isolation_level="REPEATABLE READ", readonly=True)

@@ -57,6 +57,7 @@ from txjoin.errors import (
     TxJoinError,
 )
 from txjoin.pg import admin
+from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
@@ -171,7 +172,7 @@ class Capture:
 
     def __init__(self, config: CaptureConfig, writer: ChangelogWriter | None = None) -> None:
         self.config = config
-        self.where = admin.describe_dsn(config.dsn)
+        self.where = describe_dsn(config.dsn)
         self._writer_given = writer is not None
         self.writer: ChangelogWriter = (
             writer if writer is not None else SegmentChangelog(config.changelog, source=config.prefix)
@@ -198,7 +199,7 @@ class Capture:
     # ------------------------------------------------------------------ set-up
     def prepare(self) -> None:
         """Check the source and create the publication. Safe to repeat."""
-        conn = admin.connect(self.config.dsn)
+        conn = connect(self.config.dsn)
         try:
             admin.check_wal_level(conn, self.where)
             admin.check_replication_privilege(conn, self.where)
@@ -233,7 +234,7 @@ class Capture:
         return True
 
     def _ensure_slot(self, snapshot_done: bool) -> None:
-        conn = admin.connect(self.config.dsn)
+        conn = connect(self.config.dsn)
         try:
             info = admin.slot_info(conn, self.config.slot)
             conn.rollback()
@@ -269,7 +270,7 @@ class Capture:
         self._create_slot_and_snapshot()
 
     def _create_slot_and_snapshot(self) -> None:
-        repl = admin.connect(self.config.dsn, replication=True)
+        repl = connect(self.config.dsn, replication=True)
         try:
             cur = repl.cursor()
             try:
@@ -360,7 +361,7 @@ class Capture:
         self._conn = self._cursor = None
 
     def _stream(self, stop: threading.Event, until: Callable[[Capture], bool] | None) -> None:
-        self._conn = admin.connect(self.config.dsn, replication=True)
+        self._conn = connect(self.config.dsn, replication=True)
         cur = self._cursor = self._conn.cursor()
         try:
             cur.start_replication(
@@ -489,7 +490,7 @@ class Capture:
     def _type_name(self, oid: int) -> str:
         name = self._types.get(oid)
         if name is None:
-            conn = admin.connect(self.config.dsn)
+            conn = connect(self.config.dsn)
             try:
                 with conn.cursor() as cur:
                     cur.execute("SELECT typname FROM pg_type WHERE oid = %s", (oid,))

@@ -1,9 +1,10 @@
 """Random transactions for a pipeline's own schema (``txjoin check``).
 
-:func:`describe` reads the captured tables from a source's catalog: columns
-with their types, primary keys, and the constraints to copy into a scratch
-database (:func:`scratch_ddl`). :func:`workloads` is a hypothesis strategy
-of :class:`~txjoin.check.harness.Workload` over those tables: inserts,
+The captured tables come from their sources' catalogs
+(:func:`txjoin.pg.catalog.describe`): columns with their types, primary keys,
+and the constraints to copy into a scratch database (:func:`scratch_ddl`).
+:func:`workloads` is a hypothesis strategy of
+:class:`~txjoin.check.harness.Workload` over those tables: inserts,
 updates of one or two columns, deletes and primary-key changes, grouped in
 multi-statement transactions on a few concurrent connections.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -29,10 +30,10 @@ from hypothesis import strategies as st
 from txjoin.check.harness import Statement, TxPlan, Workload
 from txjoin.errors import ConfigError
 from txjoin.join.plan import OutputPlan
-from txjoin.pg import admin
+from txjoin.pg.catalog import Column, ForeignKey, Table
 from txjoin.pg.names import QualifiedName, quote_ident
 
-__all__ = ["ColumnInfo", "TableInfo", "describe", "scratch_ddl", "workloads"]
+__all__ = ["initial_rows", "scratch_ddl", "small_columns", "workloads"]
 
 SMALL = st.integers(1, 6)
 KEYS = st.integers(1, 9)
@@ -41,103 +42,26 @@ _UUIDS = [str(uuid.UUID(int=i * 0x1111)) for i in range(1, 6)]
 _DAY = dt.date(2024, 1, 1)
 
 
-@dataclass(frozen=True)
-class ColumnInfo:
-    name: str
-    type_name: str  # pg_type.typname ('int4', '_int4', 'numeric'...)
-    formatted: str  # format_type(): 'numeric(8,2)', 'integer[]'...
-    typmod: int
-    not_null: bool
+def _foreign_keys(t: Table, among: Iterable[QualifiedName]) -> list[ForeignKey]:
+    """``t``'s foreign keys to tables in ``among`` (a scratch copy holds only captured tables)."""
+    names = set(among)
+    return [fk for fk in t.foreign_keys if fk.table in names]
 
 
-@dataclass(frozen=True)
-class ForeignKey:
-    columns: tuple[str, ...]
-    table: QualifiedName
-    ref_columns: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    name: QualifiedName
-    source: str
-    columns: tuple[ColumnInfo, ...]
-    primary_key: tuple[str, ...]
-    #: CREATE TABLE constraints to copy (primary key, unique, check, foreign keys among captured tables)
-    constraints: tuple[str, ...] = ()
-    foreign_keys: tuple[ForeignKey, ...] = ()
-    replica_identity_full: bool = False
-
-    def column(self, name: str) -> ColumnInfo:
-        return next(c for c in self.columns if c.name == name)
-
-
-def describe(dsn: str, source: str, tables: Sequence[QualifiedName]) -> list[TableInfo]:
-    """The captured ``tables`` of ``source`` as the generator needs them."""
-    conn = admin.connect(dsn)
-    out = []
-    try:
-        with conn.cursor() as cur:
-            for t in tables:
-                cur.execute(
-                    "SELECT a.attname, ty.typname, format_type(a.atttypid, a.atttypmod), a.atttypmod, "
-                    "a.attnotnull "
-                    "FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid "
-                    "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
-                    "AND a.attgenerated = '' ORDER BY a.attnum",
-                    (t.quoted,),
-                )
-                cols = tuple(ColumnInfo(n, ty, f, int(m), bool(nn)) for n, ty, f, m, nn in cur.fetchall())
-                cur.execute(
-                    "SELECT c.contype, pg_get_constraintdef(c.oid), "
-                    "  ARRAY(SELECT attname FROM unnest(c.conkey) WITH ORDINALITY k(n, i) "
-                    "        JOIN pg_attribute ON attrelid = c.conrelid AND attnum = k.n ORDER BY k.i), "
-                    "  fn.nspname, fc.relname, "
-                    "  ARRAY(SELECT attname FROM unnest(c.confkey) WITH ORDINALITY k(n, i) "
-                    "        JOIN pg_attribute ON attrelid = c.confrelid AND attnum = k.n ORDER BY k.i) "
-                    "FROM pg_constraint c LEFT JOIN pg_class fc ON fc.oid = c.confrelid "
-                    "LEFT JOIN pg_namespace fn ON fn.oid = fc.relnamespace "
-                    "WHERE c.conrelid = %s::regclass ORDER BY c.contype, c.conname",
-                    (t.quoted,),
-                )
-                pk: tuple[str, ...] = ()
-                constraints, fks = [], []
-                for kind, definition, keys, fschema, ftable, fkeys in cur.fetchall():
-                    if kind == "p":
-                        pk = tuple(keys)
-                    if kind == "f":
-                        ref = QualifiedName(fschema, ftable)
-                        if ref not in tables:
-                            continue  # the scratch copy has only captured tables
-                        fks.append(ForeignKey(tuple(keys), ref, tuple(fkeys)))
-                    if kind in ("p", "u", "c", "f"):
-                        constraints.append(definition)
-                if not pk:
-                    raise ConfigError(f"table {t} of source {source!r} has no primary key: txjoin needs one")
-                cur.execute("SELECT relreplident = 'f' FROM pg_class WHERE oid = %s::regclass", (t.quoted,))
-                full = bool(cur.fetchone()[0])
-                out.append(TableInfo(t, source, cols, pk, tuple(constraints), tuple(fks), full))
-        conn.rollback()
-    finally:
-        conn.close()
-    return out
-
-
-def scratch_ddl(tables: Sequence[TableInfo]) -> str:
+def scratch_ddl(tables: Sequence[Table]) -> str:
     """DDL creating ``tables`` (columns, keys, constraints) in an empty database."""
     out = []
     for schema in sorted({t.name.schema for t in tables} - {"public"}):
         out.append(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(schema)};")
     for t in tables:
         cols = [f"{quote_ident(c.name)} {c.formatted}{' NOT NULL' if c.not_null else ''}" for c in t.columns]
-        keys = [d for d in t.constraints if not d.startswith("FOREIGN KEY")]
-        out.append(f"CREATE TABLE {t.name.quoted} ({', '.join(cols + keys)});")
-        if t.replica_identity_full:
+        out.append(f"CREATE TABLE {t.name.quoted} ({', '.join(cols + list(t.constraints))});")
+        if t.replica_identity == "f":
             out.append(f"ALTER TABLE {t.name.quoted} REPLICA IDENTITY FULL;")
+    names = [t.name for t in tables]
     for t in tables:
-        for d in t.constraints:
-            if d.startswith("FOREIGN KEY"):
-                out.append(f"ALTER TABLE {t.name.quoted} ADD {d};")
+        for fk in _foreign_keys(t, names):
+            out.append(f"ALTER TABLE {t.name.quoted} ADD {fk.definition};")
     return "\n".join(out)
 
 
@@ -181,12 +105,12 @@ def _scalar(col_type: str, typmod: int, small: bool) -> st.SearchStrategy[Any] |
     return None
 
 
-def _values(col: ColumnInfo, small: bool, table: QualifiedName) -> st.SearchStrategy[Any]:
-    if col.type_name.startswith("_"):  # an array
-        elem = _scalar(col.type_name[1:], -1, True)
+def _values(col: Column, small: bool, table: QualifiedName) -> st.SearchStrategy[Any]:
+    if col.type.is_array:
+        elem = _scalar(col.type.element.name, -1, True)
         base: st.SearchStrategy[Any] | None = None if elem is None else st.lists(elem, max_size=4)
     else:
-        base = _scalar(col.type_name, col.typmod, small)
+        base = _scalar(col.type.name, col.type.typmod, small)
     if base is None:
         if not col.not_null:
             return st.none()
@@ -197,13 +121,12 @@ def _values(col: ColumnInfo, small: bool, table: QualifiedName) -> st.SearchStra
     return base if col.not_null else st.one_of(st.none(), base)
 
 
-def small_columns(
-    tables: Sequence[TableInfo], plans: Mapping[str, OutputPlan]
-) -> dict[QualifiedName, set[str]]:
+def small_columns(tables: Sequence[Table], plans: Mapping[str, OutputPlan]) -> dict[QualifiedName, set[str]]:
     """Columns that should collide: keys, foreign keys, join and GROUP BY columns."""
     out: dict[QualifiedName, set[str]] = {t.name: set(t.primary_key) for t in tables}
+    names = [t.name for t in tables]
     for t in tables:
-        for fk in t.foreign_keys:
+        for fk in _foreign_keys(t, names):
             out[t.name] |= set(fk.columns)
     for p in plans.values():
         for table, cols in p.index_columns().items():
@@ -215,27 +138,28 @@ def small_columns(
 
 @dataclass
 class _Gen:
-    tables: list[TableInfo]
+    tables: list[Table]
     small: dict[QualifiedName, set[str]]
     fk_of: dict[tuple[QualifiedName, str], ForeignKey] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        names = [t.name for t in self.tables]
         for t in self.tables:
-            for fk in t.foreign_keys:
+            for fk in _foreign_keys(t, names):
                 if len(fk.columns) == 1:
                     self.fk_of[(t.name, fk.columns[0])] = fk
 
-    def value(self, t: TableInfo, col: ColumnInfo) -> st.SearchStrategy[Any]:
+    def value(self, t: Table, col: Column) -> st.SearchStrategy[Any]:
         if (
             col.name in t.primary_key
-            and col.type_name in ("int2", "int4", "int8")
+            and col.type.name in ("int2", "int4", "int8")
             and len(t.primary_key) == 1
         ):
             # A little wider than the join domain: some inserts add rows, some collide.
             return KEYS
         return _values(col, col.name in self.small.get(t.name, set()), t.name)
 
-    def expr(self, t: TableInfo, col: str) -> str:
+    def expr(self, t: Table, col: str) -> str:
         fk = self.fk_of.get((t.name, col))
         if fk is not None and not t.column(col).not_null:
             ref = quote_ident(fk.ref_columns[0])
@@ -243,7 +167,7 @@ class _Gen:
         return "%s"
 
     @st.composite
-    def insert(draw: st.DrawFn, self: _Gen, t: TableInfo) -> Statement:
+    def insert(draw: st.DrawFn, self: _Gen, t: Table) -> Statement:
         cols = list(t.columns)
         values = tuple(draw(self.value(t, c)) for c in cols)
         names = ", ".join(quote_ident(c.name) for c in cols)
@@ -252,12 +176,12 @@ class _Gen:
             f"INSERT INTO {t.name.quoted} ({names}) VALUES ({exprs}) ON CONFLICT DO NOTHING", values
         )
 
-    def _where(self, draw: st.DrawFn, t: TableInfo) -> tuple[str, tuple[Any, ...]]:
+    def _where(self, draw: st.DrawFn, t: Table) -> tuple[str, tuple[Any, ...]]:
         keys = tuple(draw(self.value(t, t.column(k)).filter(lambda v: v is not None)) for k in t.primary_key)
         return " AND ".join(f"{quote_ident(k)} = %s" for k in t.primary_key), keys
 
     @st.composite
-    def update(draw: st.DrawFn, self: _Gen, t: TableInfo) -> Statement | None:
+    def update(draw: st.DrawFn, self: _Gen, t: Table) -> Statement | None:
         others = [c for c in t.columns if c.name not in t.primary_key]
         if not others:
             return None
@@ -268,12 +192,12 @@ class _Gen:
         return Statement(f"UPDATE {t.name.quoted} SET {sets} WHERE {where}", values + keys)
 
     @st.composite
-    def delete(draw: st.DrawFn, self: _Gen, t: TableInfo) -> Statement:
+    def delete(draw: st.DrawFn, self: _Gen, t: Table) -> Statement:
         where, keys = self._where(draw, t)
         return Statement(f"DELETE FROM {t.name.quoted} WHERE {where}", keys)
 
     @st.composite
-    def move_key(draw: st.DrawFn, self: _Gen, t: TableInfo) -> Statement | None:
+    def move_key(draw: st.DrawFn, self: _Gen, t: Table) -> Statement | None:
         if len(t.primary_key) != 1:
             return None
         k = t.primary_key[0]
@@ -294,14 +218,14 @@ class _Gen:
         return made if made is not None else draw(self.insert(t))
 
 
-def _parents_first(tables: Sequence[TableInfo]) -> list[TableInfo]:
-    order: list[TableInfo] = []
+def _parents_first(tables: Sequence[Table]) -> list[Table]:
+    order: list[Table] = []
     by_name = {t.name: t for t in tables}
 
-    def visit(t: TableInfo, seen: set[QualifiedName]) -> None:
+    def visit(t: Table, seen: set[QualifiedName]) -> None:
         if t in order or t.name in seen:
             return
-        for fk in t.foreign_keys:
+        for fk in _foreign_keys(t, by_name):
             if fk.table in by_name and fk.table != t.name:
                 visit(by_name[fk.table], seen | {t.name})
         order.append(t)
@@ -313,7 +237,7 @@ def _parents_first(tables: Sequence[TableInfo]) -> list[TableInfo]:
 
 @st.composite
 def initial_rows(
-    draw: st.DrawFn, tables: Sequence[TableInfo], plans: Mapping[str, OutputPlan]
+    draw: st.DrawFn, tables: Sequence[Table], plans: Mapping[str, OutputPlan]
 ) -> list[Statement]:
     """Inserts for the snapshot: parents before children, enough rows that joins match."""
     gen = _Gen(list(tables), small_columns(tables, plans))
@@ -326,7 +250,7 @@ def initial_rows(
 @st.composite
 def workloads(
     draw: st.DrawFn,
-    tables: Sequence[TableInfo],
+    tables: Sequence[Table],
     plans: Mapping[str, OutputPlan],
     *,
     max_transactions: int = 10,

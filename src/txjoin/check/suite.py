@@ -26,11 +26,12 @@ from typing import Any
 import psycopg2
 from hypothesis import HealthCheck, Phase, given, note, settings
 
-from txjoin.check.generate import TableInfo, describe, initial_rows, scratch_ddl, workloads
+from txjoin.check.generate import initial_rows, scratch_ddl, workloads
 from txjoin.check.harness import CheckResult, Statement, Workload, run_check
 from txjoin.errors import TxJoinError
-from txjoin.join.engine import load_schemas
-from txjoin.join.plan import OutputPlan, plan_output
+from txjoin.join.plan import OutputPlan
+from txjoin.join.planned import plan_outputs
+from txjoin.pg.catalog import Table
 from txjoin.spec import PipelineSpec
 
 __all__ = ["SuiteResult", "check_spec", "plan_spec"]
@@ -55,14 +56,11 @@ class SuiteResult:
         return self.failure is None
 
 
-def plan_spec(spec: PipelineSpec) -> tuple[dict[str, list[TableInfo]], dict[str, OutputPlan]]:
+def plan_spec(spec: PipelineSpec) -> tuple[dict[str, list[Table]], dict[str, OutputPlan]]:
     """The captured tables per source (from the real catalogs) and the outputs' plans."""
-    tables = {name: describe(s.dsn, name, s.tables) for name, s in spec.sources.items()}
-    infos = {}
-    for s in spec.sources.values():
-        infos.update({t: sch.info for t, sch in load_schemas(s.dsn, s.name, s.tables).items()})
-    plans = {name: plan_output(name, o.sql, o.key, infos) for name, o in spec.outputs.items()}
-    return tables, plans
+    planned = plan_outputs(spec)
+    tables = {name: [planned.tables[t] for t in s.tables] for name, s in spec.sources.items()}
+    return tables, dict(planned.plans)
 
 
 def check_spec(
@@ -157,7 +155,7 @@ def check_spec(
     return suite
 
 
-def _source_of(stmt: Statement, tables: dict[str, list[TableInfo]]) -> str:
+def _source_of(stmt: Statement, tables: dict[str, list[Table]]) -> str:
     for source, ts in tables.items():
         for t in ts:
             if f"INTO {t.name.quoted} " in stmt.sql:

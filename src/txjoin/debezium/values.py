@@ -9,7 +9,7 @@ with its default settings, except where docs/types.md says otherwise
 stage, which needs typed columns.
 
 The text forms assume the session settings capture sets on every connection
-(:data:`txjoin.pg.admin.SESSION_SETTINGS`: ISO dates, hex bytea, UTC), but
+(:data:`txjoin.pg.connect.SESSION_SETTINGS`: ISO dates, hex bytea, UTC), but
 timestamptz parsing accepts any offset PostgreSQL prints.
 """
 

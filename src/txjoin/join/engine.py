@@ -14,84 +14,21 @@ rounded (docs/types.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
 
 from txjoin.debezium.values import arrow_type, from_debezium
-from txjoin.errors import ProtocolError, SchemaChangeError, SourceError, UnsupportedQuery
-from txjoin.join.plan import NUMERIC_SCALE, OutputPlan, TableInfo
-from txjoin.pg import admin
+from txjoin.errors import ProtocolError, SchemaChangeError, UnsupportedQuery
+from txjoin.join.plan import NUMERIC_SCALE, OutputPlan
+from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
-__all__ = [
-    "NUMERIC_SCALE",
-    "SparkEngine",
-    "TableSchema",
-    "load_schemas",
-    "spark_arrow_type",
-    "to_arrow",
-]
+__all__ = ["NUMERIC_SCALE", "SparkEngine", "spark_arrow_type", "to_arrow"]
 
 Row = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class TableSchema:
-    name: QualifiedName
-    source: str
-    columns: tuple[tuple[str, ColumnType], ...]
-    primary_key: tuple[str, ...]
-
-    @property
-    def info(self) -> TableInfo:
-        return TableInfo(
-            self.name,
-            self.source,
-            tuple(n for n, _ in self.columns),
-            self.primary_key,
-            types={n: c.label for n, c in self.columns},
-        )
-
-
-def load_schemas(dsn: str, source: str, tables: Sequence[QualifiedName]) -> dict[QualifiedName, TableSchema]:
-    """Column names, types and primary keys of ``tables`` from the source catalog."""
-    where = admin.describe_dsn(dsn)
-    conn = admin.connect(dsn)
-    out: dict[QualifiedName, TableSchema] = {}
-    try:
-        with conn.cursor() as cur:
-            for t in tables:
-                cur.execute(
-                    """
-                    SELECT a.attname, a.atttypid, ty.typname, a.atttypmod,
-                           COALESCE(a.attnum = ANY(i.indkey), false), array_position(i.indkey, a.attnum)
-                    FROM pg_attribute a
-                    JOIN pg_class c ON c.oid = a.attrelid
-                    JOIN pg_namespace n ON n.oid = c.relnamespace
-                    JOIN pg_type ty ON ty.oid = a.atttypid
-                    LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
-                    WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0
-                      AND NOT a.attisdropped AND a.attgenerated = ''
-                    ORDER BY a.attnum
-                    """,
-                    (t.schema, t.table),
-                )
-                rows = cur.fetchall()
-                if not rows:
-                    raise SourceError(f"table {t} does not exist on {where}", table=str(t))
-                pk = tuple(r[0] for r in sorted((r for r in rows if r[4]), key=lambda r: r[5]))
-                if not pk:
-                    raise SourceError(f"table {t} on {where} has no primary key", table=str(t))
-                cols = tuple((r[0], ColumnType(int(r[1]), r[2], int(r[3]))) for r in rows)
-                out[t] = TableSchema(t, source, cols, pk)
-        conn.rollback()
-    finally:
-        conn.close()
-    return out
 
 
 def spark_arrow_type(col: ColumnType) -> pa.DataType:
@@ -162,23 +99,24 @@ def _converter(col: ColumnType, t: pa.DataType, table: QualifiedName, column: st
     return lambda v: from_debezium(v, col)
 
 
-def to_arrow(rows: Sequence[Row], schema: TableSchema, used: set[str] | None = None) -> pa.Table:
+def to_arrow(rows: Sequence[Row], table: Table, used: set[str] | None = None) -> pa.Table:
     """Replica rows (Debezium JSON values) as a typed Arrow table."""
     arrays = []
     names = []
-    for name, col in schema.columns:
+    for column in table.columns:
+        name, col = column.name, column.type
         if used is not None and name not in used:
             continue
         typ = spark_arrow_type(col)
-        convert = _converter(col, typ, schema.name, name)
+        convert = _converter(col, typ, table.name, name)
         values = []
         for r in rows:
             if name not in r:
                 raise SchemaChangeError(
-                    f"rows of {schema.name} no longer have column {name!r}, which an output reads: the "
+                    f"rows of {table.name} no longer have column {name!r}, which an output reads: the "
                     "column was dropped or renamed at the source. The outputs stay at their last good "
                     "version; restore the column or start a new pipeline for the new schema",
-                    table=str(schema.name),
+                    table=str(table.name),
                     column=name,
                 )
             values.append(convert(r[name]))
@@ -190,16 +128,16 @@ def to_arrow(rows: Sequence[Row], schema: TableSchema, used: set[str] | None = N
 class SparkEngine:
     """Runs output SQL over small sets of rows on a Spark session."""
 
-    def __init__(self, spark: Any, schemas: Mapping[QualifiedName, TableSchema]) -> None:
+    def __init__(self, spark: Any, tables: Mapping[QualifiedName, Table]) -> None:
         self.spark = spark
-        self.schemas = dict(schemas)
+        self.tables = dict(tables)
 
     def run(self, plan: OutputPlan, rows: Mapping[str, Sequence[Row]]) -> pa.Table:
         """The SQL's result over ``rows`` (per alias of the SQL)."""
         for alias, info in plan.aliases.items():
-            schema = self.schemas[info.name]
-            used = set(plan.used_columns.get(alias, ())) | set(schema.primary_key)
-            arrow = to_arrow(rows.get(alias, []), schema, used)
+            table = self.tables[info.name]
+            used = set(plan.used_columns.get(alias, ())) | set(table.primary_key)
+            arrow = to_arrow(rows.get(alias, []), table, used)
             self.spark.createDataFrame(arrow).createOrReplaceTempView(plan.view(alias))
         try:
             result: pa.Table = self.spark.sql(plan.spark_sql).toArrow()

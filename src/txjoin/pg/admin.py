@@ -4,7 +4,7 @@ REPLICA IDENTITY, the publication and the replication slot.
 Every check fails with a :class:`~txjoin.errors.SourceError` (or
 :class:`~txjoin.errors.ConfigError`) that names the server, the object and the
 statement that fixes it. Nothing here ever prints a password: DSNs are shown
-through :func:`describe_dsn`.
+through :func:`txjoin.pg.connect.describe_dsn`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg2
-import psycopg2.extensions
-
 from txjoin.errors import ConfigError, SlotInUse, SourceError
+from txjoin.pg.catalog import Table, describe
 from txjoin.pg.names import (
     QualifiedName,
     quote_ident,
@@ -27,49 +25,18 @@ from txjoin.pg.names import (
 
 __all__ = [
     "SlotInfo",
-    "TableInfo",
     "check_replication_privilege",
+    "check_slot_usable",
     "check_tables",
     "check_wal_level",
-    "describe_dsn",
     "drop_slot",
     "ensure_publication",
     "list_slots",
-    "session_options",
     "set_replica_identity_full",
     "slot_info",
 ]
 
 log = logging.getLogger(__name__)
-
-#: Session settings for every connection capture opens, so text output of
-#: dates, timestamps, floats and bytea is the same on the snapshot connection
-#: and the walsender, whatever the server's defaults.
-SESSION_SETTINGS = {
-    "TimeZone": "UTC",
-    "DateStyle": "ISO, MDY",
-    "IntervalStyle": "postgres",
-    "extra_float_digits": "3",
-    "bytea_output": "hex",
-}
-
-
-def session_options() -> str:
-    """The libpq ``options`` value that applies :data:`SESSION_SETTINGS`."""
-    return " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
-
-
-def describe_dsn(dsn: str) -> str:
-    """``user@host:port/dbname`` for messages; never includes the password."""
-    try:
-        p = psycopg2.extensions.parse_dsn(dsn)
-    except psycopg2.ProgrammingError:
-        return "(unparsable DSN)"
-    host = p.get("host") or p.get("hostaddr") or "localhost"
-    port = p.get("port") or "5432"
-    user = p.get("user") or "(default user)"
-    db = p.get("dbname") or user
-    return f"{user}@{host}:{port}/{db}"
 
 
 def _one(conn: Any, sql: str, args: Sequence[Any] = ()) -> Any:
@@ -105,74 +72,28 @@ def check_replication_privilege(conn: Any, where: str) -> None:
         )
 
 
-@dataclass(frozen=True)
-class TableInfo:
-    name: QualifiedName
-    oid: int
-    replica_identity: str  # 'd', 'n', 'f', 'i'
-    primary_key: tuple[str, ...]
-
-
-def check_tables(conn: Any, tables: Iterable[QualifiedName], where: str) -> list[TableInfo]:
-    """Resolve ``tables``; refuse missing ones and ones without a primary key."""
-    infos = []
-    for t in tables:
-        with conn.cursor() as cur:
-            cur.execute(
-                """
-                SELECT c.oid, c.relreplident, c.relkind
-                FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                WHERE n.nspname = %s AND c.relname = %s
-                """,
-                (t.schema, t.table),
-            )
-            row = cur.fetchone()
-            if row is None:
-                raise SourceError(
-                    f"table {t} does not exist on {where}: create it, or remove it from the source's tables",
-                    table=str(t),
-                )
-            oid, ident, kind = row
-            if kind not in ("r", "p"):
-                raise ConfigError(
-                    f"{t} on {where} is not a table (relkind {kind!r}); only tables can be captured",
-                    table=str(t),
-                )
-            cur.execute(
-                """
-                SELECT a.attname FROM pg_index i
-                JOIN unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
-                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord
-                """,
-                (oid,),
-            )
-            pk = tuple(r[0] for r in cur.fetchall())
-        if not pk:
+def check_tables(conn: Any, tables: Iterable[QualifiedName], where: str) -> list[Table]:
+    """Describe ``tables``; refuse missing ones, non-tables, ones without a
+    primary key (:func:`txjoin.pg.catalog.describe`) and REPLICA IDENTITY NOTHING."""
+    described = describe(conn, tables, where=where)
+    for t in described.values():
+        if t.replica_identity == "n":
             raise SourceError(
-                f"table {t} on {where} has no primary key. txjoin keys replica rows and join "
-                f"results by primary key, so it cannot capture this table: add one, e.g. "
-                f"ALTER TABLE {t.quoted} ADD PRIMARY KEY (id);",
-                table=str(t),
-            )
-        if ident == "n":
-            raise SourceError(
-                f"table {t} on {where} has REPLICA IDENTITY NOTHING: its updates and deletes "
-                f"carry no key, so they cannot be applied. Run ALTER TABLE {t.quoted} "
+                f"table {t.name} on {where} has REPLICA IDENTITY NOTHING: its updates and deletes "
+                f"carry no key, so they cannot be applied. Run ALTER TABLE {t.name.quoted} "
                 "REPLICA IDENTITY DEFAULT; (or FULL)",
-                table=str(t),
+                table=str(t.name),
             )
-        if ident != "f":
+        if t.replica_identity != "f":
             log.info(
                 "table %s has REPLICA IDENTITY %s: update and delete events carry only the key "
                 "in 'before', and unchanged TOASTed values arrive as placeholders. txjoin fills "
                 "both from its replicas; Debezium consumers such as Flink need FULL "
                 "(txjoin capture --replica-identity-full sets it).",
-                t,
-                {"d": "DEFAULT", "i": "USING INDEX"}.get(ident, ident),
+                t.name,
+                {"d": "DEFAULT", "i": "USING INDEX"}.get(t.replica_identity, t.replica_identity),
             )
-        infos.append(TableInfo(t, int(oid), ident, pk))
-    return infos
+    return list(described.values())
 
 
 def set_replica_identity_full(conn: Any, tables: Iterable[QualifiedName]) -> None:
@@ -299,26 +220,3 @@ def drop_slot(conn: Any, name: str, where: str) -> None:
     with conn.cursor() as cur:
         cur.execute("SELECT pg_drop_replication_slot(%s)", (name,))
     conn.commit()
-
-
-def connect(dsn: str, *, replication: bool = False) -> Any:
-    """Connect with capture's session settings; errors never show the password."""
-    from psycopg2.extras import LogicalReplicationConnection
-
-    where = describe_dsn(dsn)
-    kwargs: dict[str, Any] = {"options": session_options()}
-    if replication:
-        kwargs["connection_factory"] = LogicalReplicationConnection
-    try:
-        return psycopg2.connect(dsn, **kwargs)
-    except psycopg2.OperationalError as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if "replication" in msg and ("permission" in msg or "must be superuser" in msg):
-            raise SourceError(
-                f"{where} refused a replication connection: {msg}. Grant the role "
-                "REPLICATION and allow it in pg_hba.conf ('host replication ...' is not needed "
-                "for logical replication, but the database line must match)",
-            ) from None
-        from txjoin.errors import SourceUnavailable
-
-        raise SourceUnavailable(f"cannot connect to {where}: {msg}") from None

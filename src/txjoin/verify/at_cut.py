@@ -27,7 +27,7 @@ from sqlglot import exp
 from txjoin.debezium.values import from_debezium
 from txjoin.delta_sink import DeltaRsStore, DeltaStore, OutputVersion
 from txjoin.errors import ConfigError, SinkError
-from txjoin.pg import admin
+from txjoin.pg.connect import connect
 from txjoin.pg.names import QualifiedName, quote_ident
 from txjoin.pg.types import ColumnType
 from txjoin.verify.compare import Difference, compare_rows
@@ -140,8 +140,7 @@ def verify_output(
     delta: DeltaStore | None = None,
 ) -> VerifyResult:
     """Compare one output at ``version`` (default: latest) with its SQL on PostgreSQL at the version's cut."""
-    from txjoin.join.engine import load_schemas
-    from txjoin.join.plan import plan_output
+    from txjoin.join.planned import plan_outputs
 
     if output not in spec.outputs:
         raise ConfigError(
@@ -160,16 +159,14 @@ def verify_output(
         )
     if not commit.cut:
         raise SinkError(f"version {commit.version} of {out.path} has no txjoin cut in its commit metadata")
-    schemas = {}
-    for s in spec.sources.values():
-        schemas.update(load_schemas(s.dsn, s.name, s.tables))
-    plan = plan_output(output, out.sql, out.key, {t: sch.info for t, sch in schemas.items()})
+    planned = plan_outputs(spec, outputs=[output])
+    plan = planned.plans[output]
     states: dict[QualifiedName, TableState] = {}
     for source_name, cut in commit.cut.items():
-        tables = [t for t in plan.tables if schemas[t].source == source_name]
+        tables = [t for t in plan.tables if planned.tables[t].source == source_name]
         states.update(tables_at_cut(spec.changelog, source_name, tables, cut.lsn))
     first = spec.sources[next(iter(commit.cut))]
-    conn = admin.connect(first.dsn)
+    conn = connect(first.dsn)
     try:
         expected = evaluate(conn, out.sql, states)
     finally:

@@ -1,0 +1,93 @@
+"""A pipeline's outputs, planned over its sources' tables.
+
+:func:`plan_outputs` reads every source's catalog once
+(:func:`txjoin.pg.catalog.describe`) and plans every output over the planner's
+view of those tables (:func:`table_info`). The pipeline, ``txjoin verify``
+and ``txjoin check`` all start here; the replica store's view of the tables
+(:meth:`Planned.replica_tables`) follows from the same plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from txjoin.join.plan import OutputPlan, TableInfo, plan_output
+from txjoin.join.replica import TableSpec
+from txjoin.pg.catalog import Table, describe_source
+from txjoin.pg.names import QualifiedName
+from txjoin.spec import PipelineSpec
+
+__all__ = ["Planned", "describe_sources", "plan_outputs", "table_info"]
+
+
+def table_info(table: Table) -> TableInfo:
+    """The planner's view of a table: names, key and the type labels its rules read."""
+    return TableInfo(
+        table.name,
+        table.source,
+        table.column_names,
+        table.primary_key,
+        types={c.name: c.type.label for c in table.columns},
+    )
+
+
+def describe_sources(spec: PipelineSpec) -> dict[QualifiedName, Table]:
+    """Every captured table of ``spec``, from its source's catalog."""
+    tables: dict[QualifiedName, Table] = {}
+    for s in spec.sources.values():
+        tables.update(describe_source(s.dsn, s.name, s.tables))
+    return tables
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The tables (as the catalog describes them) and the plan of every output."""
+
+    tables: Mapping[QualifiedName, Table]
+    plans: Mapping[str, OutputPlan]
+    _used: dict[QualifiedName, set[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    def sources_of(self, output: str) -> set[str]:
+        """The sources an output reads."""
+        return {self.tables[t].source for t in self.plans[output].tables}
+
+    def used_columns(self, table: QualifiedName) -> set[str]:
+        """Columns of ``table`` some output's SQL reads."""
+        if not self._used:
+            for p in self.plans.values():
+                for alias, cols in p.used_columns.items():
+                    self._used.setdefault(p.aliases[alias].name, set()).update(cols)
+        return self._used.get(table, set())
+
+    def replica_tables(self) -> list[TableSpec]:
+        """The replica store's view: each table's key and the columns lookups need."""
+        indexed: dict[QualifiedName, set[str]] = {t: set() for t in self.tables}
+        arrays: dict[QualifiedName, set[str]] = {t: set() for t in self.tables}
+        for p in self.plans.values():
+            for t, cols in p.index_columns().items():
+                indexed[t] |= cols
+            for t, cols in p.array_columns().items():
+                arrays[t] |= cols
+        out = []
+        for t, table in self.tables.items():
+            pk = table.primary_key
+            # A one-column primary key is the store's own key: no extra index.
+            idx = indexed[t] - set(pk[:1]) if len(pk) == 1 else indexed[t]
+            out.append(TableSpec(t, pk, frozenset(idx), frozenset(arrays[t])))
+        return out
+
+
+def plan_outputs(
+    spec: PipelineSpec,
+    tables: Mapping[QualifiedName, Table] | None = None,
+    *,
+    outputs: Iterable[str] | None = None,
+) -> Planned:
+    """Plan the ``outputs`` of ``spec`` (default: all); ``tables`` defaults to the sources' catalogs."""
+    if tables is None:
+        tables = describe_sources(spec)
+    infos = {t: table_info(table) for t, table in tables.items()}
+    names = list(spec.outputs) if outputs is None else list(outputs)
+    plans = {n: plan_output(n, spec.outputs[n].sql, spec.outputs[n].key, infos) for n in names}
+    return Planned(dict(tables), plans)

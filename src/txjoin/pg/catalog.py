@@ -1,0 +1,178 @@
+"""The captured tables as a source's catalog describes them.
+
+:func:`describe` reads, per table, its columns (type, ``format_type()``,
+NOT NULL), primary key, kind, replica identity and constraints, in one pass
+over the catalog, and refuses what txjoin cannot capture (a missing table, a
+view, no primary key). Every stage derives its own view from :class:`Table`:
+capture's checks, the planner's ``TableInfo``, the replica store's
+``TableSpec``, the join stage's typed columns and ``txjoin check``'s
+generator and scratch copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from txjoin.errors import ConfigError, SourceError
+from txjoin.pg.connect import connect, describe_dsn
+from txjoin.pg.names import QualifiedName
+from txjoin.pg.types import ColumnType
+
+__all__ = ["Column", "ForeignKey", "Table", "describe", "describe_source"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: ColumnType
+    #: ``format_type()``: 'numeric(8,2)', 'integer[]' ('' when not read from a catalog).
+    formatted: str = ""
+    not_null: bool = False
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    columns: tuple[str, ...]
+    table: QualifiedName
+    ref_columns: tuple[str, ...]
+    #: ``pg_get_constraintdef()``: 'FOREIGN KEY (a) REFERENCES t(id) ON DELETE CASCADE'.
+    definition: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of one source."""
+
+    name: QualifiedName
+    source: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+    oid: int = 0
+    #: ``pg_class.relkind``: 'r' (table) or 'p' (partitioned table).
+    kind: str = "r"
+    #: ``pg_class.relreplident``: 'd' (default), 'f' (full), 'i' (index), 'n' (nothing).
+    replica_identity: str = "d"
+    #: Primary key, unique and check constraints, as CREATE TABLE would list them.
+    constraints: tuple[str, ...] = ()
+    foreign_keys: tuple[ForeignKey, ...] = ()
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name} has no column {name!r}")
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def types(self) -> dict[str, ColumnType]:
+        return {c.name: c.type for c in self.columns}
+
+
+def _true(v: Any) -> bool:
+    # Also under a raw-text typecaster ('t'/'f').
+    return v is True or v in ("t", "true")
+
+
+_CLASS_SQL = """
+SELECT c.oid, c.relreplident, c.relkind
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s
+"""
+_COLUMNS_SQL = """
+SELECT a.attname, a.atttypid, ty.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull
+FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+ORDER BY a.attnum
+"""
+_PRIMARY_KEY_SQL = """
+SELECT a.attname FROM pg_index i
+JOIN unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord
+"""
+# One row per constraint column, so no array value crosses the wire.
+_CONSTRAINTS_SQL = """
+SELECT c.conname, c.contype, pg_get_constraintdef(c.oid), fn.nspname, fc.relname, k.i, a.attname, fa.attname
+FROM pg_constraint c
+LEFT JOIN pg_class fc ON fc.oid = c.confrelid
+LEFT JOIN pg_namespace fn ON fn.oid = fc.relnamespace
+LEFT JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(n, i) ON c.contype = 'f'
+LEFT JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n
+LEFT JOIN pg_attribute fa ON fa.attrelid = c.confrelid AND fa.attnum = c.confkey[k.i]
+WHERE c.conrelid = %s AND c.contype IN ('p', 'u', 'c', 'f')
+ORDER BY c.contype, c.conname, k.i
+"""
+
+
+def _constraints(cur: Any, oid: int) -> tuple[tuple[str, ...], tuple[ForeignKey, ...]]:
+    cur.execute(_CONSTRAINTS_SQL, (oid,))
+    plain: list[str] = []
+    fks: dict[str, tuple[str, QualifiedName, list[str], list[str]]] = {}
+    for name, kind, definition, fschema, ftable, _i, col, fcol in cur.fetchall():
+        if kind != "f":
+            plain.append(definition)
+            continue
+        fk = fks.setdefault(name, (definition, QualifiedName(fschema, ftable), [], []))
+        fk[2].append(col)
+        fk[3].append(fcol)
+    foreign = tuple(ForeignKey(tuple(c), ref, tuple(rc), d) for d, ref, c, rc in fks.values())
+    return tuple(plain), foreign
+
+
+def describe(
+    conn: Any, tables: Iterable[QualifiedName], *, source: str = "", where: str = "the source"
+) -> dict[QualifiedName, Table]:
+    """``tables`` as ``conn``'s catalog describes them (in its current transaction).
+
+    Raises :class:`SourceError` for a table that does not exist or has no
+    primary key, :class:`ConfigError` for a relation that is not a table.
+    """
+    out: dict[QualifiedName, Table] = {}
+    with conn.cursor() as cur:
+        for t in tables:
+            cur.execute(_CLASS_SQL, (t.schema, t.table))
+            row = cur.fetchone()
+            if row is None:
+                raise SourceError(
+                    f"table {t} does not exist on {where}: create it, or remove it from the source's tables",
+                    table=str(t),
+                )
+            oid, ident, kind = int(row[0]), str(row[1]), str(row[2])
+            if kind not in ("r", "p"):
+                raise ConfigError(
+                    f"{t} on {where} is not a table (relkind {kind!r}); only tables can be captured",
+                    table=str(t),
+                )
+            cur.execute(_COLUMNS_SQL, (oid,))
+            columns = tuple(
+                Column(n, ColumnType(int(toid), tname, int(mod)), formatted, _true(nn))
+                for n, toid, tname, mod, formatted, nn in cur.fetchall()
+            )
+            cur.execute(_PRIMARY_KEY_SQL, (oid,))
+            pk = tuple(r[0] for r in cur.fetchall())
+            if not pk:
+                raise SourceError(
+                    f"table {t} on {where} has no primary key. txjoin keys replica rows and join "
+                    f"results by primary key, so it cannot capture this table: add one, e.g. "
+                    f"ALTER TABLE {t.quoted} ADD PRIMARY KEY (id);",
+                    table=str(t),
+                )
+            constraints, foreign_keys = _constraints(cur, oid)
+            out[t] = Table(t, source, columns, pk, oid, kind, ident, constraints, foreign_keys)
+    return out
+
+
+def describe_source(dsn: str, source: str, tables: Sequence[QualifiedName]) -> dict[QualifiedName, Table]:
+    """:func:`describe` on a connection of its own to ``dsn``."""
+    conn = connect(dsn)
+    try:
+        out = describe(conn, tables, source=source, where=describe_dsn(dsn))
+        conn.rollback()
+    finally:
+        conn.close()
+    return out

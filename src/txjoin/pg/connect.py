@@ -1,0 +1,69 @@
+"""Connections to a source: capture's session settings, and DSNs shown
+without their password.
+
+Every connection txjoin opens to a source goes through :func:`connect`, so
+text output of dates, timestamps, floats and bytea is the same on the
+snapshot connection and the walsender, whatever the server's defaults. DSNs
+reach messages only through :func:`describe_dsn`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+
+from txjoin.errors import SourceError, SourceUnavailable
+
+__all__ = ["SESSION_SETTINGS", "connect", "describe_dsn", "session_options"]
+
+#: Session settings for every connection capture opens, so text output of
+#: dates, timestamps, floats and bytea is the same on the snapshot connection
+#: and the walsender, whatever the server's defaults.
+SESSION_SETTINGS = {
+    "TimeZone": "UTC",
+    "DateStyle": "ISO, MDY",
+    "IntervalStyle": "postgres",
+    "extra_float_digits": "3",
+    "bytea_output": "hex",
+}
+
+
+def session_options() -> str:
+    """The libpq ``options`` value that applies :data:`SESSION_SETTINGS`."""
+    return " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+
+
+def describe_dsn(dsn: str) -> str:
+    """``user@host:port/dbname`` for messages; never includes the password."""
+    try:
+        p = psycopg2.extensions.parse_dsn(dsn)
+    except psycopg2.ProgrammingError:
+        return "(unparsable DSN)"
+    host = p.get("host") or p.get("hostaddr") or "localhost"
+    port = p.get("port") or "5432"
+    user = p.get("user") or "(default user)"
+    db = p.get("dbname") or user
+    return f"{user}@{host}:{port}/{db}"
+
+
+def connect(dsn: str, *, replication: bool = False) -> Any:
+    """Connect with capture's session settings; errors never show the password."""
+    from psycopg2.extras import LogicalReplicationConnection
+
+    where = describe_dsn(dsn)
+    kwargs: dict[str, Any] = {"options": session_options()}
+    if replication:
+        kwargs["connection_factory"] = LogicalReplicationConnection
+    try:
+        return psycopg2.connect(dsn, **kwargs)
+    except psycopg2.OperationalError as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "replication" in msg and ("permission" in msg or "must be superuser" in msg):
+            raise SourceError(
+                f"{where} refused a replication connection: {msg}. Grant the role "
+                "REPLICATION and allow it in pg_hba.conf ('host replication ...' is not needed "
+                "for logical replication, but the database line must match)",
+            ) from None
+        raise SourceUnavailable(f"cannot connect to {where}: {msg}") from None
