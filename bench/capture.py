@@ -28,6 +28,7 @@ from bench.common import Stat, bench_postgres, machine, write_figures
 from txjoin.capture.config import CaptureConfig
 from txjoin.capture.stream import Capture
 from txjoin.pg.names import QualifiedName
+from txjoin.runner import open_capture
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, customer int, amount numeric(12,2),
@@ -99,7 +100,7 @@ def _capture(dsn: str, slot: str, events: int, workdir: Path) -> tuple[int, floa
         publication="bench_pub",
         snapshot=False,
     )
-    cap = Capture(config)
+    cap = open_capture(config)
     started: list[float] = []
 
     def until(c: Capture) -> bool:

@@ -75,8 +75,8 @@ def _install_stop_signals(stop: threading.Event) -> None:
 
 def _capture(args: argparse.Namespace) -> int:
     from txjoin.capture.config import CaptureConfig
-    from txjoin.capture.stream import Capture
     from txjoin.pg.names import parse_table_name
+    from txjoin.runner import open_capture
 
     tables = tuple(parse_table_name(t.strip()) for t in args.tables.split(",") if t.strip())
     config = CaptureConfig(
@@ -95,7 +95,7 @@ def _capture(args: argparse.Namespace) -> int:
     )
     stop = threading.Event()
     _install_stop_signals(stop)
-    cap = Capture(config)
+    cap = open_capture(config)
     progress = _Progress(
         lambda: (
             f"captured {cap.stats.transactions} transactions, {cap.stats.events} events "

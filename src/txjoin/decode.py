@@ -22,12 +22,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from txjoin.assemble.buffer import EVENT_COLUMNS
+from txjoin.changelog import SEGMENT_FILE_PATTERN, SEGMENT_GLOB, topic_glob
+from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX, TRANSACTION_SUFFIX
 from txjoin.errors import ConfigError, MissingDependency
 
-__all__ = ["ChangelogInput", "decode", "raw_stream", "read_events"]
+__all__ = ["EVENT_COLUMNS", "ChangelogInput", "decode", "raw_stream", "read_events"]
 
-_SEGMENT_RE = r"/([^/]+)/([0-9]{20})-([0-9]{20})\.jsonl$"
+#: Columns of the decoded rows, in order after ``source``: assembly's input.
+#: Integers use -1 for "absent" so columns stay int64.
+EVENT_COLUMNS: dict[str, str] = {
+    "kind": "object",  # 'change' | 'begin' | 'end' | 'heartbeat' | 'bad' | None
+    "seg_first": "int64",  # transaction topic: first offset of the record's segment, else -1
+    "seg_last": "int64",
+    "xid": "int64",
+    "lsn": "int64",  # change: its LSN; begin/end: the id's LSN (END: commit end LSN)
+    "seq_prev": "int64",  # change: source.sequence[0]; -1 if null
+    "total_order": "int64",  # change: transaction.total_order; -1 if absent
+    "op": "object",
+    "snapshot": "object",  # source.snapshot ('false' when streaming)
+    "table": "object",  # "schema.table"
+    "ts_ms": "int64",
+    "event_count": "int64",  # END: total events
+    # END rows come once per data_collections entry (exploded by the reader,
+    # so no list columns cross into Python): its table and count, else null/-1.
+    "dc_table": "object",
+    "dc_count": "int64",
+    "value": "object",  # change: the whole record's JSON text (bad rows: its start)
+}
+
+#: A record's path: its topic directory, then its segment's first and last offsets.
+_SEGMENT_RE = r"/([^/]+)/" + SEGMENT_FILE_PATTERN + "$"
 
 
 @dataclass(frozen=True)
@@ -99,10 +123,8 @@ def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
         assert inp.path is not None
         root = Path(inp.path).absolute()
         root.mkdir(parents=True, exist_ok=True)
-        names = sources[0] if len(sources) == 1 else "{" + ",".join(sources) + "}"
-        # Glob the topic directories, not the files: a file glob makes every
-        # segment a root path of the file index, listed anew each trigger.
-        df = spark.readStream.format("text").option("pathGlobFilter", "*.jsonl").load(f"{root}/{names}.*")
+        glob = topic_glob(root, sources)
+        df = spark.readStream.format("text").option("pathGlobFilter", SEGMENT_GLOB).load(glob)
         path = F.col("_metadata.file_path")
         return df.select(
             F.regexp_extract(path, _SEGMENT_RE, 1).alias("topic"),
@@ -157,7 +179,7 @@ def decode(raw: Any) -> Any:
         .when(F.col("e.status") == "BEGIN", F.lit("begin"))
         .when(F.col("e.status") == "END", F.lit("end"))
         .when(
-            topic.endswith(".heartbeat") | topic.startswith("__debezium-heartbeat"),
+            topic.endswith(HEARTBEAT_SUFFIX) | topic.startswith(DEBEZIUM_HEARTBEAT_PREFIX),
             F.lit("heartbeat"),
         )
         .otherwise(F.lit("bad"))
@@ -168,8 +190,8 @@ def decode(raw: Any) -> Any:
     is_change = F.col("kind") == "change"
     is_marker = F.col("kind").isin("begin", "end")
     source_name = F.when(
-        topic.startswith("__debezium-heartbeat."),
-        F.regexp_extract(topic, r"^__debezium-heartbeat\.(.*)$", 1),
+        topic.startswith(DEBEZIUM_HEARTBEAT_PREFIX),
+        F.substring(topic, len(DEBEZIUM_HEARTBEAT_PREFIX) + 1, 1 << 30),
     ).otherwise(F.regexp_extract(topic, r"^([^.]+)\.", 1))
 
     def long_or(c: Any) -> Any:
@@ -179,7 +201,7 @@ def decode(raw: Any) -> Any:
     # parse every record once more per field the filter reads. Assembly
     # ignores rows without a kind (tombstones, logical messages).
     out = parsed.withColumn("kind", kind)
-    is_tx_topic = topic.endswith(".transaction")
+    is_tx_topic = topic.endswith(TRANSACTION_SUFFIX)
     # END rows are exploded per data_collections entry so that counts reach
     # Python as scalar columns (list columns are slow to convert to pandas).
     dc_item = T.StructType(

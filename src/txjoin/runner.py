@@ -1,4 +1,8 @@
-"""Running capture beside the Spark pipeline in one process (CLI, checks, scenarios)."""
+"""Running capture beside the Spark pipeline in one process (CLI, checks, scenarios).
+
+Capture writes through a port (:mod:`txjoin.capture.writer`); this is where it
+is connected to the embedded changelog (:func:`open_capture`).
+"""
 
 from __future__ import annotations
 
@@ -7,23 +11,35 @@ import threading
 import time
 from typing import Any
 
+from txjoin.capture.config import CaptureConfig
+from txjoin.capture.stream import Capture
+from txjoin.changelog import SegmentChangelog
 from txjoin.errors import TxJoinError
 from txjoin.spec import PipelineSpec
 
-__all__ = ["CaptureThreads"]
+__all__ = ["CaptureThreads", "open_capture"]
 
 log = logging.getLogger(__name__)
+
+
+def open_capture(config: CaptureConfig) -> Capture:
+    """Capture of one source into the embedded changelog at ``config.changelog``.
+
+    Takes the source's writer lock now (a second capture of the same source
+    fails here); capture releases it when its run ends.
+    """
+    writer = SegmentChangelog(config.changelog, source=config.prefix)
+    return Capture(config, writer, owns_writer=True)
 
 
 class CaptureThreads:
     """One capture per source, in daemon threads; errors surface in ``check()``."""
 
     def __init__(self, spec: PipelineSpec, **overrides: Any) -> None:
-        from txjoin.capture.stream import Capture
-
         self.stop_event = threading.Event()
         self.captures = {
-            name: Capture(s.capture_config(spec.changelog, **overrides)) for name, s in spec.sources.items()
+            name: open_capture(s.capture_config(spec.changelog, **overrides))
+            for name, s in spec.sources.items()
         }
         self.errors: dict[str, BaseException] = {}
         self.threads = [

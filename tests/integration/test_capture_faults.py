@@ -22,10 +22,10 @@ from tests.support.capture import (
     wait_for,
     wait_for_xids,
 )
-from txjoin.capture.stream import Capture
 from txjoin.changelog import ChangelogReader
 from txjoin.errors import ConfigError, SlotInUse, SourceError
 from txjoin.pg.embedded import EmbeddedPostgres
+from txjoin.runner import open_capture
 from txjoin.verify.replay import replay
 
 pytestmark = pytest.mark.postgres
@@ -51,26 +51,26 @@ def test_wal_level_not_logical_is_refused_with_the_fix(own_server: EmbeddedPostg
     own_server.start(stop_with_parent=True)
     execute(own_server.dsn(), SCHEMA)
     with pytest.raises(SourceError, match="wal_level is 'replica'") as err:
-        Capture(make_config(own_server.dsn(), tmp_path / "cl", ["public.t"])).run()
+        open_capture(make_config(own_server.dsn(), tmp_path / "cl", ["public.t"])).run()
     assert "ALTER SYSTEM SET wal_level = logical" in str(err.value)
 
 
 def test_missing_table_and_table_without_primary_key(pg_db: str, tmp_path: Path) -> None:
     execute(pg_db, SCHEMA + "CREATE TABLE nopk (a int);")
     with pytest.raises(SourceError, match=r"table public\.nope does not exist"):
-        Capture(make_config(pg_db, tmp_path / "cl", ["public.t", "public.nope"])).run()
+        open_capture(make_config(pg_db, tmp_path / "cl", ["public.t", "public.nope"])).run()
     with pytest.raises(SourceError, match="has no primary key") as err:
-        Capture(make_config(pg_db, tmp_path / "cl", ["public.nopk"])).run()
+        open_capture(make_config(pg_db, tmp_path / "cl", ["public.nopk"])).run()
     assert "ADD PRIMARY KEY" in str(err.value)
     execute(pg_db, "ALTER TABLE u REPLICA IDENTITY NOTHING")
     with pytest.raises(SourceError, match="REPLICA IDENTITY NOTHING"):
-        Capture(make_config(pg_db, tmp_path / "cl", ["public.u"])).run()
+        open_capture(make_config(pg_db, tmp_path / "cl", ["public.u"])).run()
 
 
 def test_table_not_in_an_existing_publication(pg_db: str, tmp_path: Path) -> None:
     execute(pg_db, SCHEMA + "CREATE PUBLICATION txjoin_src FOR TABLE t;")
     with pytest.raises(SourceError, match=r"public\.u not published by publication 'txjoin_src'") as err:
-        Capture(make_config(pg_db, tmp_path / "cl", ["public.t", "public.u"])).run()
+        open_capture(make_config(pg_db, tmp_path / "cl", ["public.t", "public.u"])).run()
     assert 'ALTER PUBLICATION "txjoin_src" ADD TABLE "public"."u"' in str(err.value)
 
 
@@ -81,7 +81,7 @@ def test_role_without_replication_privilege(pg_db: str, tmp_path: Path) -> None:
     )
     dsn = pg_db.replace("user=txjoin", "user=plain_user")
     with pytest.raises(SourceError, match="has no REPLICATION privilege") as err:
-        Capture(make_config(dsn, tmp_path / "cl", ["public.t"])).run()
+        open_capture(make_config(dsn, tmp_path / "cl", ["public.t"])).run()
     assert 'ALTER ROLE "plain_user" WITH REPLICATION' in str(err.value)
 
 
@@ -105,7 +105,7 @@ def test_slot_active_for_another_process(pg_db: str, tmp_path: Path) -> None:
             options={"proto_version": "1", "publication_names": "txjoin_src"},
         )
         with pytest.raises(SlotInUse, match="is active for PID") as err:
-            Capture(config).run()
+            open_capture(config).run()
         assert "pg_terminate_backend" in str(err.value)
     finally:
         other.close()

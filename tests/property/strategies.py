@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 from hypothesis import strategies as st
 
-from txjoin.assemble.buffer import EVENT_COLUMNS
+from txjoin.decode import EVENT_COLUMNS
 
 TABLES = ["public.a", "public.b", "public.c"]
 

@@ -14,12 +14,12 @@ import psycopg2
 import psycopg2.extensions as ext
 
 from txjoin.capture.config import CaptureConfig
-from txjoin.capture.stream import Capture
 from txjoin.changelog import ChangelogReader
 from txjoin.debezium.values import to_debezium
 from txjoin.pg.connect import session_options
 from txjoin.pg.names import QualifiedName, parse_table_name, quote_ident
 from txjoin.pg.types import ColumnType
+from txjoin.runner import open_capture
 from txjoin.verify.replay import read_transactions
 
 
@@ -35,7 +35,7 @@ class CaptureThread:
     """Capture running in a daemon thread; errors surface on ``stop()``."""
 
     def __init__(self, config: CaptureConfig) -> None:
-        self.capture = Capture(config)
+        self.capture = open_capture(config)
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="capture", daemon=True)

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from txjoin.decode import EVENT_COLUMNS
 from txjoin.errors import (
     AssemblyError,
     IncompleteTransaction,
@@ -46,7 +47,6 @@ from txjoin.errors import (
 )
 
 __all__ = [
-    "EVENT_COLUMNS",
     "OUTPUT_COLUMNS",
     "AssemblerConfig",
     "AssemblyState",
@@ -55,28 +55,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Columns of the decoded input rows (see :mod:`txjoin.decode`). Integers use
-#: -1 for "absent" so columns stay int64.
-EVENT_COLUMNS: dict[str, str] = {
-    "kind": "object",  # 'change' | 'begin' | 'end' | 'heartbeat' | 'bad' | None
-    "seg_first": "int64",  # transaction topic: first offset of the record's segment, else -1
-    "seg_last": "int64",
-    "xid": "int64",
-    "lsn": "int64",  # change: its LSN; begin/end: the id's LSN (END: commit end LSN)
-    "seq_prev": "int64",  # change: source.sequence[0]; -1 if null
-    "total_order": "int64",  # change: transaction.total_order; -1 if absent
-    "op": "object",
-    "snapshot": "object",  # source.snapshot ('false' when streaming)
-    "table": "object",  # "schema.table"
-    "ts_ms": "int64",
-    "event_count": "int64",  # END: total events
-    # END rows come once per data_collections entry (exploded by the reader,
-    # so no list columns cross into Python): its table and count, else null/-1.
-    "dc_table": "object",
-    "dc_count": "int64",
-    "value": "object",  # change: the whole record's JSON text (bad rows: its start)
-}
 
 #: Columns of released rows, in order.
 OUTPUT_COLUMNS: dict[str, str] = {

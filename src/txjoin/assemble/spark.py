@@ -17,13 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from txjoin.assemble.buffer import (
-    EVENT_COLUMNS,
-    OUTPUT_COLUMNS,
-    AssemblerConfig,
-    AssemblyState,
-    assemble,
-)
+from txjoin.assemble.buffer import OUTPUT_COLUMNS, AssemblerConfig, AssemblyState, assemble
+from txjoin.decode import EVENT_COLUMNS
 
 __all__ = ["OUTPUT_SCHEMA", "STATE_SCHEMA", "assemble_stream", "state_function"]
 

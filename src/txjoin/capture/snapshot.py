@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import psycopg2.extensions as ext
 
+from txjoin.capture.config import CaptureConfig
+from txjoin.capture.tables import CapturedTable
+from txjoin.capture.writer import ChangelogWriter
 from txjoin.debezium import envelope
 from txjoin.debezium.lsn import format_lsn
-from txjoin.pg.connect import connect
+from txjoin.pg.catalog import describe
+from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import quote_ident
-from txjoin.pg.types import ColumnType
-
-if TYPE_CHECKING:
-    from txjoin.capture.stream import Capture, _Rel
 
 __all__ = ["take_snapshot"]
 
@@ -35,35 +36,11 @@ log = logging.getLogger(__name__)
 _FETCH = 10_000
 
 
-def _raw_text(conn: Any) -> None:
-    """Make psycopg2 return every value as the server's text output."""
+def _raw_text(cur: Any) -> None:
+    """Make psycopg2 return every value the cursor fetches as the server's text output."""
     oids = tuple(ext.string_types.keys())
     raw = ext.new_type(oids, "TXJOIN_RAW", lambda value, cur: value)
-    ext.register_type(raw, conn)
-
-
-def _columns(cur: Any, table: Any) -> tuple[list[str], list[ColumnType], list[int]]:
-    cur.execute(
-        """
-        SELECT a.attname, a.atttypid, t.typname, a.atttypmod,
-               COALESCE(a.attnum = ANY(i.indkey), false)
-        FROM pg_attribute a
-        JOIN pg_class c ON c.oid = a.attrelid
-        JOIN pg_namespace n ON n.oid = c.relnamespace
-        JOIN pg_type t ON t.oid = a.atttypid
-        LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
-        WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0
-          AND NOT a.attisdropped AND a.attgenerated = ''
-        ORDER BY a.attnum
-        """,
-        (table.schema, table.table),
-    )
-    rows = cur.fetchall()
-    names = [r[0] for r in rows]
-    types = [ColumnType(int(r[1]), r[2], int(r[3])) for r in rows]
-    # The connection returns raw text: booleans arrive as "t"/"f".
-    keys = [i for i, r in enumerate(rows) if r[4] in (True, "t")]
-    return names, types, keys
+    ext.register_type(raw, cur)
 
 
 def _flag(first_all: bool, last_all: bool, first_tab: bool, last_tab: bool) -> str:
@@ -78,15 +55,21 @@ def _flag(first_all: bool, last_all: bool, first_tab: bool, last_tab: bool) -> s
     return "true"
 
 
-def take_snapshot(cap: Capture, snapshot_name: str, consistent_lsn: int) -> None:
-    """Write the snapshot unit for ``cap``'s tables; ``cap.writer`` is flushed at the end."""
-    from txjoin.capture.stream import _Rel
+def take_snapshot(
+    cfg: CaptureConfig,
+    writer: ChangelogWriter,
+    source: envelope.SourceInfo,
+    snapshot_name: str,
+    consistent_lsn: int,
+    on_rows: Callable[[int], None] = lambda n: None,
+) -> None:
+    """Write the snapshot unit of ``cfg``'s tables through ``writer``, flushed at the end.
 
-    cfg = cap.config
+    ``on_rows(n)`` is called after each table with its row count (progress).
+    """
     started = time.monotonic()
     conn = connect(cfg.dsn)
     try:
-        _raw_text(conn)
         conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
         with conn.cursor() as cur:
             cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
@@ -95,16 +78,17 @@ def take_snapshot(cap: Capture, snapshot_name: str, consistent_lsn: int) -> None
             )
             xid_text, ts_text = cur.fetchone()
         xid, ts_us = int(xid_text), int(ts_text)
-        writer = cap.writer
+        # The catalog as of the snapshot: the columns the rows below have.
+        tables = describe(conn, cfg.tables, source=cfg.prefix, where=describe_dsn(cfg.dsn))
         writer.append(cfg.transaction_topic, envelope.dumps(envelope.begin_event(xid, consistent_lsn, ts_us)))
         counts: dict[str, int] = {}
         total = 0
         # Hold one row back so the last row of a table (and of the unit) gets
         # Debezium's 'last...' snapshot marker.
-        held: tuple[_Rel, dict[str, Any], bool, int] | None = None  # rel, row, first_in_table, dco
+        held: tuple[CapturedTable, dict[str, Any], bool, int] | None = None  # rel, row, first_in_table, dco
 
         def emit(
-            rel: _Rel,
+            rel: CapturedTable,
             row: dict[str, Any],
             first_tab: bool,
             last_tab: bool,
@@ -114,7 +98,7 @@ def take_snapshot(cap: Capture, snapshot_name: str, consistent_lsn: int) -> None
             nonlocal total
             total += 1
             value = envelope.change_event(
-                cap.source,
+                source,
                 schema=rel.name.schema,
                 table=rel.name.table,
                 op=envelope.Op.READ,
@@ -133,14 +117,16 @@ def take_snapshot(cap: Capture, snapshot_name: str, consistent_lsn: int) -> None
                 writer.flush()
 
         for table in cfg.tables:
-            with conn.cursor() as cur:
-                names, types, keys = _columns(cur, table)
-            rel = _Rel(0, table, cfg.topic(table), types, names, keys, keys)
-            cap._record_schema(rel, consistent_lsn)
+            t = tables[table]
+            names = list(t.column_names)
+            keys = [i for i, n in enumerate(names) if n in t.primary_key]
+            rel = CapturedTable(0, table, cfg.topic(table), [c.type for c in t.columns], names, keys, keys)
+            rel.record_schema(writer, consistent_lsn)
             # Identifiers are quoted; nothing else reaches the statement.
             sql = f"SELECT {', '.join(quote_ident(n) for n in names)} FROM {table.quoted}"  # noqa: S608
             dco = 0
             with conn.cursor(name=f"txjoin_snapshot_{len(counts)}") as cur:
+                _raw_text(cur)
                 cur.itersize = _FETCH
                 cur.execute(sql)
                 for values in cur:
@@ -150,7 +136,7 @@ def take_snapshot(cap: Capture, snapshot_name: str, consistent_lsn: int) -> None
                     dco += 1
                     held = (rel, rel.row(values), dco == 1, dco)
             counts[cfg.topic(table)] = dco
-            cap.stats.snapshot_rows += dco
+            on_rows(dco)
         if held is not None:
             h_rel, h_row, h_first, h_dco = held
             emit(h_rel, h_row, h_first, True, True, h_dco)
@@ -163,7 +149,6 @@ def take_snapshot(cap: Capture, snapshot_name: str, consistent_lsn: int) -> None
         envelope.dumps(envelope.end_event(xid, consistent_lsn, ts_us, collections)),
     )
     writer.flush()
-    cap._durable_end = cap._last_commit_end = consistent_lsn
     log.info(
         "snapshot of %d tables: %d rows in %.1f s (xid %d, consistent point %s)",
         len(cfg.tables),

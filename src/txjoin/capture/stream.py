@@ -19,13 +19,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import select
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -34,7 +32,6 @@ import psycopg2.extensions
 
 from txjoin.capture.config import CaptureConfig
 from txjoin.capture.pgoutput import (
-    UNCHANGED_TOAST,
     Begin,
     Commit,
     Delete,
@@ -45,10 +42,11 @@ from txjoin.capture.pgoutput import (
     Update,
     decode,
 )
-from txjoin.changelog import ChangelogReader, ChangelogWriter, SegmentChangelog
+from txjoin.capture.snapshot import take_snapshot
+from txjoin.capture.tables import CapturedTable
+from txjoin.capture.writer import ChangelogWriter
 from txjoin.debezium import envelope
 from txjoin.debezium.lsn import format_lsn, parse_lsn
-from txjoin.debezium.values import UNAVAILABLE, converter
 from txjoin.errors import (
     ChangelogError,
     SlotInUse,
@@ -81,67 +79,6 @@ class CaptureStats:
     started: float = field(default_factory=time.monotonic)
 
 
-class _Rel:
-    """A captured relation: topic, column names and value converters."""
-
-    __slots__ = ("columns", "convs", "key_idx", "name", "names", "oid", "pk_idx", "topic")
-
-    def __init__(
-        self,
-        oid: int,
-        name: QualifiedName,
-        topic: str,
-        columns: list[ColumnType],
-        names: list[str],
-        key_idx: list[int],
-        pk_idx: list[int],
-    ) -> None:
-        self.oid = oid
-        self.name = name
-        self.topic = topic
-        self.columns = columns
-        self.names = names
-        self.convs = [converter(c) for c in columns]
-        # Replica identity columns (what a 'K' old tuple carries; under FULL
-        # that is every column) and the primary key (what identifies a row).
-        self.key_idx = key_idx
-        self.pk_idx = pk_idx
-
-    def row(self, values: tuple[Any, ...]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for n, conv, v in zip(self.names, self.convs, values, strict=True):
-            if v is None:
-                out[n] = None
-            elif v is UNCHANGED_TOAST:
-                out[n] = UNAVAILABLE
-            else:
-                out[n] = conv(v)
-        return out
-
-    def key_row(self, values: tuple[Any, ...]) -> dict[str, Any]:
-        # A 'K' old tuple carries every column, non-key ones as NULL; Debezium
-        # shows only the identity columns.
-        return {
-            self.names[i]: self.convs[i](values[i]) if values[i] is not None else None for i in self.key_idx
-        }
-
-    def schema_record(self, lsn: int) -> dict[str, Any]:
-        return {
-            "lsn": lsn,
-            "relation_oid": self.oid,
-            "columns": [
-                {
-                    "name": n,
-                    "type_oid": c.oid,
-                    "type_name": c.name,
-                    "typmod": c.typmod,
-                    "key": i in self.pk_idx,
-                }
-                for i, (n, c) in enumerate(zip(self.names, self.columns, strict=True))
-            ],
-        }
-
-
 class _Tx:
     __slots__ = (
         "begin_lsn",
@@ -168,23 +105,24 @@ class _Tx:
 
 
 class Capture:
-    """Runs one source's capture until stopped. Not thread-safe; one per source."""
+    """Runs one source's capture until stopped. Not thread-safe; one per source.
 
-    def __init__(self, config: CaptureConfig, writer: ChangelogWriter | None = None) -> None:
+    Events go through ``writer`` (:mod:`txjoin.capture.writer`); with
+    ``owns_writer`` capture closes it when :meth:`run` returns.
+    """
+
+    def __init__(self, config: CaptureConfig, writer: ChangelogWriter, *, owns_writer: bool = False) -> None:
         self.config = config
         self.where = describe_dsn(config.dsn)
-        self._writer_given = writer is not None
-        self.writer: ChangelogWriter = (
-            writer if writer is not None else SegmentChangelog(config.changelog, source=config.prefix)
-        )
+        self._owns_writer = owns_writer
+        self.writer = writer
         self.stats = CaptureStats()
         self.source = envelope.SourceInfo(name=config.prefix, db="")
-        self._rels: dict[int, _Rel] = {}
+        self._rels: dict[int, CapturedTable] = {}
         self._types: dict[int, str] = {}
         self._tables = set(config.tables)
         self._pk: dict[QualifiedName, tuple[str, ...]] = {}
         self._topic_of = {t: config.topic(t) for t in config.tables}
-        self._schemas_seen: dict[str, str] = {}
         self._tx: _Tx | None = None
         self._durable_end = 0  # end LSN of the last transaction durable in the changelog
         self._last_commit_end = 0  # sequence[0] of the next transaction's events
@@ -225,8 +163,7 @@ class Capture:
         END, so after a crash the topic may end with such a BEGIN: the server
         resends that transaction whole, and its events again, byte-identical.
         """
-        reader = ChangelogReader(self.config.changelog)
-        last = _last_end(reader, self.config.transaction_topic)
+        last = _last_end(self.writer, self.config.transaction_topic)
         if last is None:
             return False
         _, end_lsn = envelope.parse_tx_id(last["id"])
@@ -286,11 +223,8 @@ class Capture:
             log.info("created slot %s on %s at %s", self.config.slot, self.where, consistent_point)
             if self.config.snapshot:
                 # The exported snapshot lives until the next command on `repl`.
-                from txjoin.capture.snapshot import take_snapshot
-
-                take_snapshot(self, snapshot_name, lsn)
-            else:
-                self._durable_end = self._last_commit_end = lsn
+                take_snapshot(self.config, self.writer, self.source, snapshot_name, lsn, self._snapshot_rows)
+            self._durable_end = self._last_commit_end = lsn
         finally:
             repl.close()
 
@@ -307,7 +241,7 @@ class Capture:
             self._stream_with_reconnect(stop, until)
         finally:
             self._close_connection()
-            if not self._writer_given:
+            if self._owns_writer:
                 self.writer.close()
         return self.stats
 
@@ -475,7 +409,7 @@ class Capture:
                 "column or start a new pipeline for the new schema",
                 table=str(name),
             )
-        rel = _Rel(
+        rel = CapturedTable(
             msg.oid,
             name,
             self._topic_of[name],
@@ -485,7 +419,7 @@ class Capture:
             [names.index(k) for k in pk],
         )
         self._rels[msg.oid] = rel
-        self._record_schema(rel, lsn)
+        rel.record_schema(self.writer, lsn)
 
     def _type_name(self, oid: int) -> str:
         name = self._types.get(oid)
@@ -501,30 +435,13 @@ class Capture:
             self._types[oid] = name
         return name
 
-    def _record_schema(self, rel: _Rel, lsn: int) -> None:
-        """Append the relation's columns to ``_schemas/<topic>.jsonl`` when they changed."""
-        record = rel.schema_record(lsn)
-        fingerprint = json.dumps(record["columns"], sort_keys=True)
-        if self._schemas_seen.get(rel.topic) == fingerprint:
-            return
-        path = Path(self.config.changelog) / "_schemas" / f"{rel.topic}.jsonl"
-        if fingerprint == _last_schema_fingerprint(path):
-            self._schemas_seen[rel.topic] = fingerprint
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        old = path.read_bytes() if path.exists() else b""
-        tmp = path.with_name("." + path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(old + json.dumps(record).encode() + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, path)
-        self._schemas_seen[rel.topic] = fingerprint
+    def _snapshot_rows(self, n: int) -> None:
+        self.stats.snapshot_rows += n
 
     def _event(
         self,
         tx: _Tx,
-        rel: _Rel,
+        rel: CapturedTable,
         op: envelope.Op,
         before: dict[str, Any] | None,
         after: dict[str, Any] | None,
@@ -646,40 +563,24 @@ class Capture:
 
     def _trim_heartbeats(self, keep: int = 64) -> None:
         """Keep the heartbeat topic small: old heartbeats are worthless."""
-        if not isinstance(self.writer, SegmentChangelog):
-            return
-        segs = ChangelogReader(self.config.changelog).segments(self.config.heartbeat_topic)
-        for seg in segs[:-keep]:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(seg.path)
+        self.writer.trim(self.config.heartbeat_topic, keep)
 
 
-def _last_end(reader: ChangelogReader, topic: str) -> dict[str, Any] | None:
+def _last_end(writer: ChangelogWriter, topic: str) -> dict[str, Any] | None:
     """The last END marker of a transaction topic, read from the end."""
-    for seg in reversed(reader.segments(topic)):
-        for line in reversed(seg.path.read_bytes().rstrip(b"\n").split(b"\n")):
-            value = json.loads(line)
-            if value.get("status") == "END":
-                return dict(value)
-            if value.get("status") != "BEGIN":
-                raise ChangelogError(
-                    f"record {line[:80]!r} in {seg.path} is not a transaction marker: the changelog was "
-                    "not written by txjoin capture or is damaged; move it aside and start over",
-                    path=str(seg.path),
-                )
+    for line in writer.read_backwards(topic):
+        value = json.loads(line)
+        if value.get("status") == "END":
+            return dict(value)
+        if value.get("status") != "BEGIN":
+            raise ChangelogError(
+                f"record {line[:80]!r} of topic {topic} is not a transaction marker: the changelog was "
+                "not written by txjoin capture or is damaged; move it aside and start over",
+                topic=topic,
+            )
     return None
 
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
-
-
-def _last_schema_fingerprint(path: Path) -> str | None:
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        return None
-    if not lines:
-        return None
-    return json.dumps(json.loads(lines[-1])["columns"], sort_keys=True)

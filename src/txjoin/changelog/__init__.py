@@ -1,31 +1,39 @@
 """The changelog: one topic per table, a transaction topic and heartbeats.
 
-Capture writes through :class:`ChangelogWriter` (implemented on local files by
-:class:`SegmentChangelog`); restart logic, tests, verify and replay read with
-:class:`ChangelogReader`; the Spark reader learns a record's segment range from
-its file name with :func:`parse_segment_name`.
+Capture writes through its ``ChangelogWriter`` port, implemented on local files
+by :class:`SegmentChangelog`; restart logic, tests, verify and replay read with
+:class:`ChangelogReader`; the Spark reader finds topics with :func:`topic_glob`
+and a record's segment range in its file name (:data:`SEGMENT_FILE_PATTERN`).
+The changelog also keeps each table topic's columns (:mod:`.schemas`).
 """
 
+from txjoin.changelog.schemas import SCHEMAS_DIR, SchemaLog, read_columns, read_table
 from txjoin.changelog.segments import (
     LOCK_FILE,
-    TRANSACTION_SUFFIX,
+    SEGMENT_FILE_PATTERN,
+    SEGMENT_GLOB,
     ChangelogReader,
-    ChangelogWriter,
     Segment,
     SegmentChangelog,
     parse_segment_name,
     segment_name,
+    topic_glob,
     validate_topic,
 )
 
 __all__ = [
     "LOCK_FILE",
-    "TRANSACTION_SUFFIX",
+    "SCHEMAS_DIR",
+    "SEGMENT_FILE_PATTERN",
+    "SEGMENT_GLOB",
     "ChangelogReader",
-    "ChangelogWriter",
+    "SchemaLog",
     "Segment",
     "SegmentChangelog",
     "parse_segment_name",
+    "read_columns",
+    "read_table",
     "segment_name",
+    "topic_glob",
     "validate_topic",
 ]

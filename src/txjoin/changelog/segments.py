@@ -8,11 +8,13 @@ Layout (docs/design.md, "Changelog layout")::
                                                      the topics of its source only
     <root>/_*/                                       metadata of other components, not topics
 
-Capture writes through :class:`ChangelogWriter`; :class:`SegmentChangelog` is its
-implementation on a local directory, and Spark reads each topic directory as a
-file stream. Visibility is atomic per segment: a segment is written under a
-hidden name (Spark's file source skips names starting with '.' or '_'),
-fsynced, renamed into place, and the directory fsynced. A writer killed at any
+Capture writes through its ``ChangelogWriter`` port
+(:mod:`txjoin.capture.writer`); :class:`SegmentChangelog` implements it on a
+local directory, and Spark reads each topic directory as a file stream
+(:func:`topic_glob`, :data:`SEGMENT_FILE_PATTERN`). Visibility is atomic per
+segment: a segment is written under a hidden name (Spark's file source skips
+names starting with '.' or '_'), fsynced, renamed into place, and the
+directory fsynced. A writer killed at any
 instant leaves only hidden temp files, which the next writer deletes.
 
 Offsets count records per topic from 0 and are contiguous. A topic may start
@@ -27,31 +29,36 @@ import fcntl
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
+from txjoin.changelog.schemas import SchemaLog
+from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, TRANSACTION_SUFFIX
 from txjoin.errors import ChangelogError, ConfigError
+from txjoin.pg.catalog import Column
 
 __all__ = [
     "LOCK_FILE",
-    "TRANSACTION_SUFFIX",
+    "SEGMENT_FILE_PATTERN",
+    "SEGMENT_GLOB",
     "ChangelogReader",
-    "ChangelogWriter",
     "Segment",
     "SegmentChangelog",
     "parse_segment_name",
     "segment_name",
+    "topic_glob",
     "validate_topic",
 ]
 
-#: Topics whose name ends with this are flushed last (BEGIN/END markers).
-TRANSACTION_SUFFIX = ".transaction"
 #: The writer's lock file in the root; its name starts with '_' so it is never a topic.
 LOCK_FILE = "_writer.lock"
+#: A segment file's name, groups (first, last); valid as a Python and a Java regex.
+SEGMENT_FILE_PATTERN = r"([0-9]{20})-([0-9]{20})\.jsonl"
+#: Glob of segment file names (Spark's ``pathGlobFilter``).
+SEGMENT_GLOB = "*.jsonl"
 
-_SEGMENT_RE = re.compile(r"^(\d{20})-(\d{20})\.jsonl$")
+_SEGMENT_RE = re.compile(f"^{SEGMENT_FILE_PATTERN}$")
 _TEMP_RE = re.compile(r"^\.\d{20}\.tmp$")
 # Kafka's legal topic names, minus a leading '.' or '_' (hidden from Spark's file source).
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9-][A-Za-z0-9._-]{0,248}$")
@@ -79,6 +86,16 @@ def _temp_name(first: int) -> str:
     return f".{first:020d}.tmp"
 
 
+def topic_glob(root: str | os.PathLike[str], prefixes: Sequence[str]) -> str:
+    """A glob of the topic directories of sources ``prefixes`` under ``root``.
+
+    Directories, not files: a file glob makes every segment a root path of
+    Spark's file index, listed anew each trigger.
+    """
+    names = prefixes[0] if len(prefixes) == 1 else "{" + ",".join(prefixes) + "}"
+    return f"{Path(root).absolute()}/{names}.*"
+
+
 def validate_topic(topic: str) -> str:
     """Return ``topic`` if it is a legal topic name, else raise ConfigError."""
     if not _TOPIC_RE.match(topic):
@@ -88,38 +105,6 @@ def validate_topic(topic: str) -> str:
             topic=topic,
         )
     return topic
-
-
-class ChangelogWriter(Protocol):
-    """What capture writes through; a Kafka producer could implement it too.
-
-    Not thread-safe: one thread appends and flushes.
-    """
-
-    def append(self, topic: str, value: bytes) -> int:
-        """Buffer one record (a JSON value, no newline); return its offset in ``topic``."""
-        ...
-
-    def flush(self) -> None:
-        """Make every appended record durable and visible.
-
-        Data topics first, the transaction topic (name ending in
-        ``.transaction``) last: once an END marker is visible, so are its
-        transaction's events. Heartbeat topics may go any time.
-        """
-        ...
-
-    def pending_bytes(self) -> int:
-        """Bytes appended but not yet flushed."""
-        ...
-
-    def pending_age(self) -> float:
-        """Seconds since the oldest unflushed append (0.0 if none)."""
-        ...
-
-    def close(self) -> None:
-        """Release the changelog; records not flushed are discarded."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -277,6 +262,7 @@ class SegmentChangelog:
             # A refused open must not keep the lock: the user fixes the store and retries.
             os.close(self._lock_fd)
             raise
+        self._schemas = SchemaLog(self.root)
         self._pending: dict[str, list[bytes]] = {}
         self._pending_bytes = 0
         self._oldest = 0.0  # monotonic time of the oldest pending append; 0.0 if none
@@ -284,7 +270,7 @@ class SegmentChangelog:
 
     def _owns(self, topic: str) -> bool:
         s = self.source
-        return s is None or topic.startswith(s + ".") or topic == f"__debezium-heartbeat.{s}"
+        return s is None or topic.startswith(s + ".") or topic == f"{DEBEZIUM_HEARTBEAT_PREFIX}{s}"
 
     def _lock(self) -> int:
         path = self.root / (LOCK_FILE if self.source is None else f"_writer.{self.source}.lock")
@@ -411,6 +397,38 @@ class SegmentChangelog:
                 offset=first,
             ) from e
         self._next[topic] = last + 1
+
+    def read_backwards(self, topic: str) -> Iterator[bytes]:
+        """The visible records of ``topic``, newest first (capture's restart reads its last END)."""
+        for seg in reversed(_scan_topic(self.root, topic, clean=False, attempts=_LIST_ATTEMPTS)):
+            yield from reversed(seg.path.read_bytes().rstrip(b"\n").split(b"\n"))
+
+    def trim(self, topic: str, keep: int) -> None:
+        """Delete all but the last ``keep`` segments of ``topic`` (old heartbeats are worthless)."""
+        if not self._owns(topic):
+            raise ChangelogError(
+                f"this writer of {self.root} owns the topics of source {self.source!r}, not {topic}",
+                path=str(self.root),
+                topic=topic,
+            )
+        segs = _scan_topic(self.root, topic, clean=False, attempts=_LIST_ATTEMPTS)
+        for seg in segs[: max(0, len(segs) - keep)]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(seg.path)
+
+    def record_schema(
+        self,
+        topic: str,
+        *,
+        lsn: int,
+        relation_oid: int,
+        columns: Iterable[Column],
+        primary_key: Sequence[str],
+    ) -> None:
+        """Record ``topic``'s columns in the schema side files when they changed."""
+        self._schemas.record(
+            topic, lsn=lsn, relation_oid=relation_oid, columns=list(columns), primary_key=primary_key
+        )
 
     def close(self) -> None:
         """Release the directory; records not flushed are discarded."""

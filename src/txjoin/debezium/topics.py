@@ -18,6 +18,7 @@ from txjoin.pg.names import QualifiedName
 
 __all__ = [
     "DEBEZIUM_HEARTBEAT_PREFIX",
+    "HEARTBEAT_SUFFIX",
     "TRANSACTION_SUFFIX",
     "heartbeat_topic",
     "table_topic",
@@ -27,6 +28,8 @@ __all__ = [
 
 #: Topics whose name ends with this hold BEGIN/END markers.
 TRANSACTION_SUFFIX = ".transaction"
+#: txjoin capture's heartbeat topics are ``<prefix>.heartbeat``.
+HEARTBEAT_SUFFIX = ".heartbeat"
 #: Debezium's own heartbeat topics are ``__debezium-heartbeat.<prefix>``.
 DEBEZIUM_HEARTBEAT_PREFIX = "__debezium-heartbeat."
 
@@ -54,4 +57,4 @@ def transaction_topic(prefix: str) -> str:
 
 
 def heartbeat_topic(prefix: str) -> str:
-    return f"{prefix}.heartbeat"
+    return f"{prefix}{HEARTBEAT_SUFFIX}"

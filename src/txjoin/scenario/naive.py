@@ -27,38 +27,19 @@ import psycopg2
 import psycopg2.extras
 import pyarrow as pa
 
-from txjoin.changelog import ChangelogReader
+from txjoin.changelog import ChangelogReader, read_table
 from txjoin.debezium.envelope import parse_tx_id
+from txjoin.debezium.topics import table_topic, transaction_topic
 from txjoin.debezium.values import UNAVAILABLE, from_debezium
 from txjoin.errors import TxJoinError
+from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName, quote_ident
-from txjoin.pg.types import ColumnType
-from txjoin.verify.replay import read_schema
 
 __all__ = ["NaiveBaseline", "NaiveVersion"]
 
 log = logging.getLogger(__name__)
 
 OFFSETS_KEY = "txjoin.naive.offsets"
-
-
-@dataclass
-class _Table:
-    name: QualifiedName
-    source: str
-    columns: list[dict[str, Any]]
-
-    @property
-    def topic(self) -> str:
-        return f"{self.source}.{self.name}"
-
-    @property
-    def key(self) -> list[str]:
-        return [c["name"] for c in self.columns if c["key"]]
-
-    def ctype(self, col: str) -> ColumnType:
-        c = next(c for c in self.columns if c["name"] == col)
-        return ColumnType(int(c["type_oid"]), str(c["type_name"]), int(c["typmod"]))
 
 
 @dataclass
@@ -88,7 +69,7 @@ class NaiveBaseline:
         self._stop = threading.Event()
         self._drain = threading.Event()
         self._thread = threading.Thread(target=self._run, name="naive-baseline", daemon=True)
-        self._tables: list[_Table] = []
+        self._tables: list[Table] = []
         self._conn: Any = None
 
     def paths(self) -> dict[str, Path]:
@@ -119,14 +100,13 @@ class NaiveBaseline:
         with self._conn.cursor() as cur:
             for source, names in self.tables.items():
                 for name in names:
-                    cols = read_schema(self.changelog, f"{source}.{name}")
-                    t = _Table(name, source, cols)
+                    t = read_table(self.changelog, table_topic(source, name), source, name)
                     self._tables.append(t)
                     defs = []
-                    for c in cols:
-                        cur.execute("SELECT format_type(%s, %s)", (c["type_oid"], c["typmod"]))
-                        defs.append(f"{quote_ident(c['name'])} {cur.fetchone()[0]}")
-                    keys = ", ".join(quote_ident(k) for k in t.key)
+                    for c in t.columns:
+                        cur.execute("SELECT format_type(%s, %s)", (c.type.oid, c.type.typmod))
+                        defs.append(f"{quote_ident(c.name)} {cur.fetchone()[0]}")
+                    keys = ", ".join(quote_ident(k) for k in t.primary_key)
                     if name.schema != "public":
                         cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(name.schema)}")
                     cur.execute(f"CREATE TABLE {name.quoted} ({', '.join(defs)}, PRIMARY KEY ({keys}))")
@@ -155,21 +135,22 @@ class NaiveBaseline:
             if self._conn is not None:
                 self._conn.close()
 
-    def _deliver(self, reader: ChangelogReader, t: _Table) -> int:
-        start = self.offsets.get(t.topic, 0)
+    def _deliver(self, reader: ChangelogReader, t: Table) -> int:
+        topic = table_topic(t.source, t.name)
+        start = self.offsets.get(topic, 0)
         n = 0
         with self._conn.cursor() as cur:
-            for offset, raw in reader.read(t.topic, start):
+            for offset, raw in reader.read(topic, start):
                 v = json.loads(raw)
                 if v is not None:
                     self._apply(cur, t, v)
-                self.offsets[t.topic] = offset + 1
+                self.offsets[topic] = offset + 1
                 n += 1
                 if n >= self.per_delivery:
                     break
         return n
 
-    def _apply(self, cur: Any, t: _Table, v: dict[str, Any]) -> None:
+    def _apply(self, cur: Any, t: Table, v: dict[str, Any]) -> None:
         op = v["op"]
         q = t.name.quoted
         if op == "t":
@@ -177,15 +158,18 @@ class NaiveBaseline:
             return
         if op == "d":
             before = v["before"]
-            where = " AND ".join(f"{quote_ident(k)} = %s" for k in t.key)
-            cur.execute(f"DELETE FROM {q} WHERE {where}", [self._value(t, k, before[k]) for k in t.key])  # noqa: S608
+            where = " AND ".join(f"{quote_ident(k)} = %s" for k in t.primary_key)
+            key = [self._value(t, k, before[k]) for k in t.primary_key]
+            cur.execute(f"DELETE FROM {q} WHERE {where}", key)  # noqa: S608
             return
         after = {c: x for c, x in v["after"].items() if x != UNAVAILABLE}
         cols = list(after)
         names = ", ".join(quote_ident(c) for c in cols)
         marks = ", ".join(["%s"] * len(cols))
-        keys = ", ".join(quote_ident(k) for k in t.key)
-        updates = ", ".join(f"{quote_ident(c)} = excluded.{quote_ident(c)}" for c in cols if c not in t.key)
+        keys = ", ".join(quote_ident(k) for k in t.primary_key)
+        updates = ", ".join(
+            f"{quote_ident(c)} = excluded.{quote_ident(c)}" for c in cols if c not in t.primary_key
+        )
         conflict = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
         cur.execute(
             f"INSERT INTO {q} ({names}) VALUES ({marks}) ON CONFLICT ({keys}) {conflict}",  # noqa: S608
@@ -193,11 +177,12 @@ class NaiveBaseline:
         )
 
     @staticmethod
-    def _value(t: _Table, col: str, v: Any) -> Any:
-        x = from_debezium(v, t.ctype(col))
+    def _value(t: Table, col: str, v: Any) -> Any:
+        ctype = t.column(col).type
+        x = from_debezium(v, ctype)
         if isinstance(x, bytes):
             return psycopg2.Binary(x)
-        if isinstance(x, dict | list) and t.ctype(col).name in ("json", "jsonb"):
+        if isinstance(x, dict | list) and ctype.name in ("json", "jsonb"):
             return psycopg2.extras.Json(x)
         return x
 
@@ -251,7 +236,7 @@ def applied_transactions(changelog: Path, offsets: Mapping[str, int], source: st
     """
     reader = ChangelogReader(changelog)
     order: list[tuple[int, int]] = []  # (xid, events)
-    for _, raw in reader.read(f"{source}.transaction"):
+    for _, raw in reader.read(transaction_topic(source)):
         v = json.loads(raw)
         if v.get("status") == "END":
             xid, _ = parse_tx_id(v["id"])

@@ -24,14 +24,16 @@ import psycopg2.extras
 import sqlglot
 from sqlglot import exp
 
+from txjoin.changelog import read_table
+from txjoin.debezium.topics import table_topic
 from txjoin.debezium.values import from_debezium
 from txjoin.delta_sink import DeltaRsStore, DeltaStore, OutputVersion
 from txjoin.errors import ConfigError, SinkError
+from txjoin.pg.catalog import Table
 from txjoin.pg.connect import connect
 from txjoin.pg.names import QualifiedName, quote_ident
-from txjoin.pg.types import ColumnType
 from txjoin.verify.compare import Difference, compare_rows
-from txjoin.verify.replay import read_schema, replay
+from txjoin.verify.replay import replay
 
 __all__ = ["TableState", "VerifyResult", "evaluate", "tables_at_cut", "temp_name", "verify_output"]
 
@@ -40,11 +42,14 @@ Row = dict[str, Any]
 
 @dataclass
 class TableState:
-    """One table's columns (as capture recorded them) and rows (Debezium JSON values)."""
+    """One table (as capture recorded its columns) and its rows (Debezium JSON values)."""
 
-    name: QualifiedName
-    columns: list[dict[str, Any]]
+    table: Table
     rows: list[Row] = field(default_factory=list)
+
+    @property
+    def name(self) -> QualifiedName:
+        return self.table.name
 
 
 def temp_name(table: QualifiedName) -> str:
@@ -58,8 +63,8 @@ def tables_at_cut(
     result = replay(changelog, source, [str(t) for t in tables], until_lsn=lsn)
     out = {}
     for t in tables:
-        cols = read_schema(changelog, f"{source}.{t}")
-        out[t] = TableState(t, cols, list(result.tables[str(t)].values()))
+        table = read_table(changelog, table_topic(source, t), source, t)
+        out[t] = TableState(table, list(result.tables[str(t)].values()))
     return out
 
 
@@ -83,28 +88,20 @@ def evaluate(conn: Any, sql: str, tables: Mapping[QualifiedName, TableState]) ->
     try:
         with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
             for state in tables.values():
+                columns = state.table.columns
                 types = []
-                for c in state.columns:
-                    cur.execute("SELECT format_type(%s, %s)", (c["type_oid"], c["typmod"]))
+                for c in columns:
+                    cur.execute("SELECT format_type(%s, %s)", (c.type.oid, c.type.typmod))
                     types.append(cur.fetchone()["format_type"])
-                cols = ", ".join(
-                    f"{quote_ident(c['name'])} {t}" for c, t in zip(state.columns, types, strict=True)
-                )
+                cols = ", ".join(f"{quote_ident(c.name)} {t}" for c, t in zip(columns, types, strict=True))
                 tname = quote_ident(temp_name(state.name))
                 cur.execute(f"CREATE TEMP TABLE {tname} ({cols}) ON COMMIT DROP")
                 if state.rows:
-                    ctypes = [
-                        ColumnType(int(c["type_oid"]), str(c["type_name"]), int(c["typmod"]))
-                        for c in state.columns
-                    ]
                     values = [
-                        tuple(
-                            _pg_value(from_debezium(r.get(c["name"]), ct))
-                            for c, ct in zip(state.columns, ctypes, strict=True)
-                        )
+                        tuple(_pg_value(from_debezium(r.get(c.name), c.type)) for c in columns)
                         for r in state.rows
                     ]
-                    names = ", ".join(quote_ident(c["name"]) for c in state.columns)
+                    names = ", ".join(quote_ident(c.name) for c in columns)
                     psycopg2.extras.execute_values(cur, f"INSERT INTO {tname} ({names}) VALUES %s", values)  # noqa: S608
             cur.execute(_rewrite(sql, tables))
             return [dict(r) for r in cur.fetchall()]

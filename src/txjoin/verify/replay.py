@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txjoin.changelog import ChangelogReader
+from txjoin.changelog import ChangelogReader, read_columns
 from txjoin.debezium.envelope import parse_tx_id
+from txjoin.debezium.topics import table_topic, transaction_topic
 from txjoin.debezium.values import UNAVAILABLE
 from txjoin.errors import ChangelogError
 
-__all__ = ["Replay", "TxEnd", "read_schema", "read_transactions", "replay"]
+__all__ = ["Replay", "TxEnd", "read_transactions", "replay"]
 
 Row = dict[str, Any]
 Key = tuple[Any, ...]
@@ -42,7 +43,7 @@ class TxEnd:
 def read_transactions(reader: ChangelogReader, prefix: str) -> list[TxEnd]:
     """The END markers of ``prefix``'s transaction topic, in topic order."""
     out = []
-    for offset, raw in reader.read(f"{prefix}.transaction"):
+    for offset, raw in reader.read(transaction_topic(prefix)):
         v = json.loads(raw)
         if v.get("status") != "END":
             continue
@@ -50,20 +51,6 @@ def read_transactions(reader: ChangelogReader, prefix: str) -> list[TxEnd]:
         counts = {d["data_collection"]: int(d["event_count"]) for d in v.get("data_collections") or []}
         out.append(TxEnd(offset, xid, lsn, int(v["ts_ms"]), int(v["event_count"]), counts))
     return out
-
-
-def read_schema(root: Path, topic: str) -> list[dict[str, Any]]:
-    """The latest column list capture recorded for ``topic``."""
-    path = Path(root) / "_schemas" / f"{topic}.jsonl"
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        raise ChangelogError(
-            f"no schema recorded for topic {topic} in {root}: was it written by txjoin capture?",
-            topic=topic,
-        ) from None
-    cols: list[dict[str, Any]] = json.loads(lines[-1])["columns"]
-    return cols
 
 
 @dataclass
@@ -107,8 +94,8 @@ def replay(
     result.transactions = [e for e in ends if until_lsn is None or e.end_lsn <= until_lsn]
     included = {e.xid for e in result.transactions}
     for table in tables:
-        topic = f"{prefix}.{table}"
-        key_cols = [c["name"] for c in read_schema(root, topic) if c["key"]]
+        topic = table_topic(prefix, table)
+        key_cols = [c["name"] for c in read_columns(root, topic) if c["key"]]
         state: dict[Key, Row] = {}
         seen: dict[tuple[int, int], bytes] = {}
         for offset, raw in reader.read(topic):
