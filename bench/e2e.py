@@ -30,10 +30,10 @@ from typing import Any
 import psycopg2
 
 from bench.common import Stat, bench_postgres, bench_spark, machine, write_figures
-from txjoin.check.oracle import Oracle
 from txjoin.scenario.definition import Scenario, load_scenario
 from txjoin.scenario.run import Report, run_scenario
 from txjoin.scenario.workload import Clients
+from txjoin.verify.oracle import Oracle
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent

@@ -138,7 +138,7 @@ def load(pipeline: Pipeline, n: int, data: Path) -> None:
                 ]
             )
     cut = {"shop": Cut(lsn=1, xid=1, transactions=1, commit_ts_ms=0)}
-    store._set_meta("initialized", {"enriched": pipeline._fingerprint("enriched")})
+    store.set_meta("initialized", {"enriched": pipeline.join.fingerprint("enriched")})
     store.commit(0, {}, cut)
     data.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(orders), data / "orders.parquet")
@@ -167,7 +167,7 @@ def rebuild(pipeline: Pipeline, batch: int) -> float:
 
     plan = pipeline.plans["enriched"]
     started = time.monotonic()
-    result = pipeline.engine.run(plan, closure(plan, pipeline.store, None))
+    result = pipeline.join.engine.run(plan, closure(plan, pipeline.store, None))
     pipeline.delta.replace_partitions(
         pipeline.spec.outputs["enriched"].path, result, key=plan.key, partition_cols=plan.partition_cols,
         partitions=None, cut={"shop": Cut(1, 1)}, batch=batch, app_id="bench:rebuild",

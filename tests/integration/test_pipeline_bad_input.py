@@ -16,9 +16,9 @@ import psycopg2
 import pytest
 
 from tests.support.capture import current_xid, execute, running_capture, wait_for_xids
-from txjoin.delta_sink import DeltaRsStore
 from txjoin.errors import SchemaChangeError, UnsupportedQuery
 from txjoin.pipeline import Pipeline
+from txjoin.sink.delta import DeltaRsStore
 from txjoin.spec import PipelineSpec, build_spec
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]

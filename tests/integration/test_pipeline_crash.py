@@ -24,9 +24,9 @@ import pytest
 from tests.support.capture import current_xid, execute, running_capture, wait_for_xids
 from tests.support.oracle import Oracle, check_every_version
 from txjoin.changelog import ChangelogReader
-from txjoin.delta_sink import DeltaRsStore
 from txjoin.join.replica import ReplicaStore
 from txjoin.pipeline import Pipeline
+from txjoin.sink.delta import DeltaRsStore
 from txjoin.spec import load_spec
 from txjoin.verify.compare import compare_rows
 from txjoin.verify.replay import read_transactions

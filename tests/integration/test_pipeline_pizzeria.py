@@ -141,7 +141,7 @@ def _check_all(*checks: Any) -> None:
 
 
 def check_final(pipeline: Pipeline, oracle: Oracle) -> int:
-    from txjoin.delta_sink import DeltaRsStore
+    from txjoin.sink.delta import DeltaRsStore
     from txjoin.verify.compare import compare_rows
 
     plan = pipeline.plans["orders_enriched"]

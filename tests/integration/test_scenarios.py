@@ -13,10 +13,10 @@ import pytest
 
 from tests.support.capture import execute
 from txjoin.cli import main
-from txjoin.delta_sink import DeltaRsStore
 from txjoin.pg.embedded import EmbeddedPostgres
 from txjoin.scenario.definition import load_scenario
 from txjoin.scenario.run import Report, run_scenario
+from txjoin.sink.delta import DeltaRsStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 

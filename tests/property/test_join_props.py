@@ -36,11 +36,13 @@ from tests.property.join_strategies import Case, cases, op_sql
 from tests.support.capture import execute
 from tests.support.pg import drop_database
 from tests.support.profiles import examples
-from txjoin.check.harness import Statement, TxPlan, Workload, check_versions, oracle_for, run_check
+from txjoin.check.harness import Statement, TxPlan, Workload, run_check
 from txjoin.join.plan import TableInfo, plan_output
 from txjoin.pg.embedded import EmbeddedPostgres
 from txjoin.pg.names import QualifiedName
 from txjoin.spec import build_spec
+from txjoin.verify.oracle import oracle_for
+from txjoin.verify.versions import check_versions
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 

@@ -17,8 +17,8 @@ from typing import Any
 import psycopg2
 import psycopg2.extras
 
-from txjoin.delta_sink import DeltaRsStore
 from txjoin.join.plan import OutputPlan
+from txjoin.sink.delta import DeltaRsStore
 from txjoin.verify.compare import compare_rows
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
 import shutil
@@ -10,11 +9,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg2
 import pytest
 
+from txjoin.pg import admin
 from txjoin.pg.embedded import EmbeddedPostgres
-from txjoin.pg.names import quote_ident
 
 
 @pytest.fixture(scope="session")
@@ -40,33 +38,7 @@ def _db_name(nodeid: str) -> str:
 
 def drop_database(server: EmbeddedPostgres, name: str) -> None:
     """Drop ``name`` and any replication slot on it."""
-    conn = psycopg2.connect(server.dsn())
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                "WHERE database = %s AND active_pid IS NOT NULL",
-                (name,),
-            )
-            # A terminated walsender releases its slot asynchronously.
-            for _ in range(50):
-                cur.execute(
-                    "SELECT slot_name, active FROM pg_replication_slots WHERE database = %s",
-                    (name,),
-                )
-                rows = cur.fetchall()
-                if not any(active for _, active in rows):
-                    break
-                import time
-
-                time.sleep(0.1)
-            for slot, _ in rows:
-                with contextlib.suppress(psycopg2.Error):
-                    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            cur.execute(f"DROP DATABASE IF EXISTS {quote_ident(name)} WITH (FORCE)")
-    finally:
-        conn.close()
+    admin.drop_database(server.dsn(), name)
 
 
 @pytest.fixture

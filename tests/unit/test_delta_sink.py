@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from txjoin.cut import Cut
-from txjoin.delta_sink import MAX_PREDICATE_TERMS, DeltaRsStore, _int_runs, _partition_predicate, _TooLong
+from txjoin.sink.delta import MAX_PREDICATE_TERMS, DeltaRsStore, _int_runs, _partition_predicate, _TooLong
 
 
 def _commit(store: DeltaRsStore, path: Path, rows: pa.Table, parts: list[list[Any]] | None, batch: int) -> int:

@@ -25,28 +25,17 @@ from typing import Any
 import psycopg2
 
 from txjoin.changelog import ChangelogReader
-from txjoin.check.oracle import Oracle, OracleOutput
-from txjoin.cut import Cut
-from txjoin.delta_sink import DeltaRsStore, DeltaStore
 from txjoin.errors import TxJoinError
-from txjoin.join.plan import OutputPlan
 from txjoin.pipeline import Pipeline
 from txjoin.runner import CaptureThreads
+from txjoin.sink.delta import DeltaRsStore
 from txjoin.spec import PipelineSpec
 from txjoin.verify.compare import compare_rows
+from txjoin.verify.oracle import Oracle, oracle_for
 from txjoin.verify.replay import read_transactions
+from txjoin.verify.versions import Violation, check_versions
 
-__all__ = [
-    "CheckResult",
-    "Statement",
-    "TxPlan",
-    "Violation",
-    "Workload",
-    "check_versions",
-    "oracle_for",
-    "run_check",
-    "run_workload",
-]
+__all__ = ["CheckResult", "Statement", "TxPlan", "Workload", "run_check", "run_workload"]
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +63,6 @@ class Workload:
     #: Commit counts after which a micro-batch is triggered (one more at the end;
     #: 0: right after the snapshot, before any transaction).
     triggers: frozenset[int] = field(default_factory=frozenset)
-
-
-@dataclass
-class Violation:
-    output: str
-    version: int
-    cut: dict[str, Cut]
-    detail: str
-
-    def __str__(self) -> str:
-        cut = ", ".join(f"{s} xid {c.xid}" for s, c in sorted(self.cut.items()))
-        return f"{self.output} version {self.version} (cut {cut}): {self.detail}"
 
 
 @dataclass
@@ -183,16 +160,6 @@ def run_workload(
     return committed, rollbacks
 
 
-def oracle_for(spec: PipelineSpec, plans: Mapping[str, OutputPlan]) -> Oracle:
-    outputs = []
-    for name, plan in plans.items():
-        tables: dict[str, list[Any]] = {}
-        for t in sorted(plan.tables):
-            tables.setdefault(spec.source_of(t).name, []).append(t)
-        outputs.append(OracleOutput(name, spec.outputs[name].sql, {s: tuple(ts) for s, ts in tables.items()}))
-    return Oracle({s.name: s.dsn for s in spec.sources.values()}, outputs)
-
-
 def _ends(changelog: Path, source: str) -> list[int]:
     if not (changelog / f"{source}.transaction").exists():
         return []
@@ -213,51 +180,6 @@ def _wait_for(changelog: Path, xids: list[tuple[str, int]], captures: CaptureThr
                 f"capture did not write {len(xids)} committed transactions within {timeout:.0f} s"
             )
         time.sleep(0.05)
-
-
-def check_versions(
-    plans: Mapping[str, OutputPlan], spec: PipelineSpec, oracle: Oracle, delta: DeltaStore | None = None
-) -> tuple[dict[str, int], list[Violation]]:
-    """Compare every Delta version of every output with the oracle at its cut."""
-    delta = delta or DeltaRsStore()
-    versions: dict[str, int] = {}
-    violations: list[Violation] = []
-    for name, plan in plans.items():
-        path = spec.outputs[name].path
-        if not delta.exists(path):
-            violations.append(Violation(name, -1, {}, f"no Delta table at {path}"))
-            continue
-        last: dict[str, int] = {}
-        history = delta.history(path)
-        versions[name] = len(history)
-        for commit in history:
-            cut = commit.cut
-            for s, c in cut.items():
-                if c.lsn < last.get(s, -1):
-                    violations.append(
-                        Violation(name, commit.version, cut, f"the cut of source {s} went back")
-                    )
-                last[s] = c.lsn
-            if not oracle.known(name, cut):
-                violations.append(
-                    Violation(name, commit.version, cut, "its cut names a transaction never committed")
-                )
-                continue
-            got = delta.read(path, commit.version).to_pylist()
-            diff = compare_rows(
-                got,
-                oracle.expected(name, cut),
-                plan.columns,
-                json_columns=plan.json_columns,
-                unordered_columns=plan.unordered_columns,
-            )
-            if diff:
-                violations.append(
-                    Violation(
-                        name, commit.version, cut, "differs from the SQL on PostgreSQL:\n" + diff.describe()
-                    )
-                )
-    return versions, violations
 
 
 def run_check(

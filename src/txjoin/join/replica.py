@@ -145,7 +145,8 @@ class ReplicaStore:
         row = self.db.execute("SELECT v FROM _meta WHERE k = ?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
 
-    def _set_meta(self, key: str, value: Any) -> None:
+    def set_meta(self, key: str, value: Any) -> None:
+        """Set a metadata value (inside the batch's transaction: between begin() and commit())."""
         self.db.execute("INSERT OR REPLACE INTO _meta VALUES (?, ?)", (key, json.dumps(value)))
 
     def cuts(self) -> dict[str, Cut]:
@@ -253,8 +254,8 @@ class ReplicaStore:
             "INSERT OR REPLACE INTO _pending VALUES (?, ?, ?)",
             [(batch, output, json.dumps(parts)) for output, parts in affected.items()],
         )
-        self._set_meta("last_batch", batch)
-        self._set_meta("cuts", cuts_to_json(cuts))
+        self.set_meta("last_batch", batch)
+        self.set_meta("cuts", cuts_to_json(cuts))
         self.db.execute("COMMIT")
 
     def rollback(self) -> None:

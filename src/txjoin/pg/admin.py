@@ -9,13 +9,19 @@ through :func:`txjoin.pg.connect.describe_dsn`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg2
+import psycopg2.extensions
+
 from txjoin.errors import ConfigError, SlotInUse, SourceError
 from txjoin.pg.catalog import Table, describe
+from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import (
     QualifiedName,
     quote_ident,
@@ -29,8 +35,10 @@ __all__ = [
     "check_slot_usable",
     "check_tables",
     "check_wal_level",
+    "drop_database",
     "drop_slot",
     "ensure_publication",
+    "fresh_database",
     "list_slots",
     "set_replica_identity_full",
     "slot_info",
@@ -220,3 +228,54 @@ def drop_slot(conn: Any, name: str, where: str) -> None:
     with conn.cursor() as cur:
         cur.execute("SELECT pg_drop_replication_slot(%s)", (name,))
     conn.commit()
+
+
+# -- scratch databases (txjoin check, scenarios, tests) ----------------------------------
+
+
+def drop_database(admin_dsn: str, name: str) -> None:
+    """Drop database ``name`` if it exists, with its replication slots (their readers are stopped)."""
+    conn = connect(admin_dsn)
+    conn.autocommit = True
+    where = describe_dsn(admin_dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                "WHERE database = %s AND active_pid IS NOT NULL",
+                (name,),
+            )
+            # A terminated walsender releases its slot asynchronously.
+            rows: list[tuple[str, bool]] = []
+            for _ in range(50):
+                cur.execute("SELECT slot_name, active FROM pg_replication_slots WHERE database = %s", (name,))
+                rows = cur.fetchall()
+                if not any(active for _, active in rows):
+                    break
+                time.sleep(0.1)
+            for slot, _ in rows:
+                with contextlib.suppress(psycopg2.Error):
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            cur.execute(f"DROP DATABASE IF EXISTS {quote_ident(name)} WITH (FORCE)")
+    except psycopg2.Error as e:
+        raise SourceError(f"could not drop database {name} on {where}: {str(e).strip()}") from None
+    finally:
+        conn.close()
+
+
+def fresh_database(admin_dsn: str, name: str) -> str:
+    """An empty database ``name`` on ``admin_dsn``'s server (dropped first if it exists); its DSN."""
+    drop_database(admin_dsn, name)
+    conn = connect(admin_dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {quote_ident(name)}")
+    except psycopg2.Error as e:
+        raise SourceError(
+            f"could not create database {name} on {describe_dsn(admin_dsn)}: {str(e).strip()}. The role "
+            "needs CREATEDB, and REPLICATION to capture from it (see docker-compose.yml)"
+        ) from None
+    finally:
+        conn.close()
+    return str(psycopg2.extensions.make_dsn(admin_dsn, dbname=name))

@@ -31,22 +31,22 @@ import psycopg2
 import psycopg2.extensions
 
 from txjoin.changelog import ChangelogReader
-from txjoin.check.harness import check_versions, oracle_for
-from txjoin.check.oracle import Oracle
 from txjoin.cut import Cut
 from txjoin.debezium.envelope import parse_tx_id
-from txjoin.delta_sink import DeltaRsStore
-from txjoin.errors import SourceError, TxJoinError
+from txjoin.errors import TxJoinError
 from txjoin.join.plan import OutputPlan
-from txjoin.pg.names import quote_ident
+from txjoin.pg import admin
 from txjoin.pipeline import Pipeline
 from txjoin.runner import CaptureThreads
 from txjoin.scenario.definition import Scenario
 from txjoin.scenario.naive import NaiveBaseline, applied_transactions
 from txjoin.scenario.workload import Clients, Committed
+from txjoin.sink.delta import DeltaRsStore
 from txjoin.spec import PipelineSpec, load_spec
 from txjoin.verify.compare import normalize
+from txjoin.verify.oracle import Oracle, oracle_for
 from txjoin.verify.replay import TxEnd, read_transactions
+from txjoin.verify.versions import check_versions
 
 __all__ = ["Report", "run_scenario"]
 
@@ -152,25 +152,7 @@ class _Databases:
 
     def create(self, name: str) -> str:
         assert self.admin_dsn is not None
-        conn = psycopg2.connect(self.admin_dsn)
-        conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE database = %s AND NOT active",
-                    (name,),
-                )
-                cur.execute(f"DROP DATABASE IF EXISTS {quote_ident(name)} WITH (FORCE)")
-                cur.execute(f"CREATE DATABASE {quote_ident(name)}")
-        except psycopg2.Error as e:
-            raise SourceError(
-                f"could not create database {name} for the scenario: {str(e).strip()}. The role needs "
-                "CREATEDB and REPLICATION (see docker-compose.yml)"
-            ) from None
-        finally:
-            conn.close()
-        return psycopg2.extensions.make_dsn(self.admin_dsn, dbname=name)
+        return admin.fresh_database(self.admin_dsn, name)
 
 
 # -- checks -----------------------------------------------------------------------

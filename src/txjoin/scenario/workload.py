@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import psycopg2
 
-from txjoin.check.oracle import Oracle
+from txjoin.verify.oracle import Oracle
 
 __all__ = ["Client", "Clients", "Committed", "Ref", "Tx"]
 

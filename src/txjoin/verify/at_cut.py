@@ -4,56 +4,32 @@ A Delta version of an output records its cut: per source, the commit LSN of
 the last transaction it includes. :func:`tables_at_cut` rebuilds each
 source table at that LSN by replaying the changelog (strictly: a lost or
 duplicated event is an error, see :mod:`txjoin.verify.replay`), and
-:func:`evaluate` loads those rows into temporary tables on a PostgreSQL
-connection and runs the output's SQL there, with its table names pointed at
-the temporary tables. Nothing is written to the user's schemas; the
-temporary tables disappear with the transaction.
+:func:`txjoin.verify.oracle.evaluate` loads those rows into temporary tables
+on a PostgreSQL connection and runs the output's SQL there, with its table
+names pointed at the temporary tables. Nothing is written to the user's
+schemas; the temporary tables disappear with the transaction.
 
 :func:`verify_output` puts it together for ``txjoin verify``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg2
-import psycopg2.extras
-import sqlglot
-from sqlglot import exp
-
 from txjoin.changelog import read_table
 from txjoin.debezium.topics import table_topic
-from txjoin.debezium.values import from_debezium
-from txjoin.delta_sink import DeltaRsStore, DeltaStore, OutputVersion
 from txjoin.errors import ConfigError, SinkError
-from txjoin.pg.catalog import Table
 from txjoin.pg.connect import connect
-from txjoin.pg.names import QualifiedName, quote_ident
+from txjoin.pg.names import QualifiedName
+from txjoin.sink.delta import DeltaRsStore, DeltaStore, OutputVersion
 from txjoin.verify.compare import Difference, compare_rows
+from txjoin.verify.oracle import TableState, evaluate
 from txjoin.verify.replay import replay
 
-__all__ = ["TableState", "VerifyResult", "evaluate", "tables_at_cut", "temp_name", "verify_output"]
-
-Row = dict[str, Any]
-
-
-@dataclass
-class TableState:
-    """One table (as capture recorded its columns) and its rows (Debezium JSON values)."""
-
-    table: Table
-    rows: list[Row] = field(default_factory=list)
-
-    @property
-    def name(self) -> QualifiedName:
-        return self.table.name
-
-
-def temp_name(table: QualifiedName) -> str:
-    return f"txjv__{table.schema}__{table.table}"
+__all__ = ["VerifyResult", "tables_at_cut", "verify_output"]
 
 
 def tables_at_cut(
@@ -66,53 +42,6 @@ def tables_at_cut(
         table = read_table(changelog, table_topic(source, t), source, t)
         out[t] = TableState(table, list(result.tables[str(t)].values()))
     return out
-
-
-def _rewrite(sql: str, tables: Mapping[QualifiedName, Any]) -> str:
-    tree = sqlglot.parse_one(sql, read="postgres")
-    for t in tree.find_all(exp.Table):
-        name = QualifiedName(t.db or "public", t.name)
-        if name not in tables:
-            continue
-        # Keep the name the SQL uses (as written, quoted or not), so `orders.id` still resolves.
-        alias = t.args.get("alias") or exp.TableAlias(this=t.this.copy())
-        t.set("db", None)
-        t.set("catalog", None)
-        t.set("this", exp.to_identifier(temp_name(name), quoted=True))
-        t.set("alias", alias)
-    return tree.sql(dialect="postgres")
-
-
-def evaluate(conn: Any, sql: str, tables: Mapping[QualifiedName, TableState]) -> list[Row]:
-    """``sql`` evaluated over ``tables`` on ``conn`` (in a transaction that is rolled back)."""
-    try:
-        with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-            for state in tables.values():
-                columns = state.table.columns
-                types = []
-                for c in columns:
-                    cur.execute("SELECT format_type(%s, %s)", (c.type.oid, c.type.typmod))
-                    types.append(cur.fetchone()["format_type"])
-                cols = ", ".join(f"{quote_ident(c.name)} {t}" for c, t in zip(columns, types, strict=True))
-                tname = quote_ident(temp_name(state.name))
-                cur.execute(f"CREATE TEMP TABLE {tname} ({cols}) ON COMMIT DROP")
-                if state.rows:
-                    values = [
-                        tuple(_pg_value(from_debezium(r.get(c.name), c.type)) for c in columns)
-                        for r in state.rows
-                    ]
-                    names = ", ".join(quote_ident(c.name) for c in columns)
-                    psycopg2.extras.execute_values(cur, f"INSERT INTO {tname} ({names}) VALUES %s", values)  # noqa: S608
-            cur.execute(_rewrite(sql, tables))
-            return [dict(r) for r in cur.fetchall()]
-    finally:
-        conn.rollback()
-
-
-def _pg_value(v: Any) -> Any:
-    if isinstance(v, bytes):
-        return psycopg2.Binary(v)
-    return v
 
 
 @dataclass

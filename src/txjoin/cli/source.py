@@ -1,41 +1,16 @@
-"""The ``txjoin`` command line.
-
-Errors reach the user as one line (``txjoin: error: ...``) with exit status 2;
-``--debug`` shows the traceback. Passwords never appear: DSNs are printed as
-``user@host:port/db``.
-"""
+"""Source commands: ``db`` (the embedded PostgreSQL), ``capture`` and ``slots``."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
-import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from txjoin import __version__
-from txjoin.errors import ConfigError, TxJoinError
+from txjoin.cli.common import DEFAULT_HOME, Progress, dsn_of, install_stop_signals
+from txjoin.debezium.lsn import format_lsn
 
-__all__ = ["main"]
-
-log = logging.getLogger("txjoin")
-
-DEFAULT_HOME = Path(os.environ.get("TXJOIN_HOME", ".txjoin"))
-
-
-def _dsn(args: argparse.Namespace) -> str:
-    dsn: str | None = args.dsn or os.environ.get("TXJOIN_DSN")
-    if not dsn:
-        raise ConfigError("no database given: pass --dsn 'host=... dbname=...' or set TXJOIN_DSN")
-    return dsn
-
-
-# -- txjoin db -------------------------------------------------------------------
+__all__ = ["add_commands"]
 
 
 def _db(args: argparse.Namespace) -> int:
@@ -62,17 +37,6 @@ def _db(args: argparse.Namespace) -> int:
 # -- txjoin capture -------------------------------------------------------------
 
 
-def _install_stop_signals(stop: threading.Event) -> None:
-    def handler(signum: int, frame: Any) -> None:
-        if stop.is_set():  # a second Ctrl-C: leave now
-            raise KeyboardInterrupt
-        log.info("stopping (signal %d); press Ctrl-C again to abort", signum)
-        stop.set()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-
-
 def _capture(args: argparse.Namespace) -> int:
     from txjoin.capture.config import CaptureConfig
     from txjoin.pg.names import parse_table_name
@@ -80,7 +44,7 @@ def _capture(args: argparse.Namespace) -> int:
 
     tables = tuple(parse_table_name(t.strip()) for t in args.tables.split(",") if t.strip())
     config = CaptureConfig(
-        dsn=_dsn(args),
+        dsn=dsn_of(args),
         tables=tables,
         changelog=Path(args.changelog),
         prefix=args.source,
@@ -94,13 +58,13 @@ def _capture(args: argparse.Namespace) -> int:
         ack_interval=args.ack_interval,
     )
     stop = threading.Event()
-    _install_stop_signals(stop)
+    install_stop_signals(stop)
     cap = open_capture(config)
-    progress = _Progress(
+    progress = Progress(
         lambda: (
             f"captured {cap.stats.transactions} transactions, {cap.stats.events} events "
             f"(snapshot {cap.stats.snapshot_rows} rows); acknowledged LSN "
-            f"{_lsn(cap.stats.acked_lsn)}"
+            f"{format_lsn(cap.stats.acked_lsn)}"
         ),
         quiet=args.quiet,
     )
@@ -108,38 +72,9 @@ def _capture(args: argparse.Namespace) -> int:
         cap.run(stop)
     print(
         f"capture stopped: {cap.stats.transactions} transactions, {cap.stats.events} events, "
-        f"acknowledged up to {_lsn(cap.stats.acked_lsn)}"
+        f"acknowledged up to {format_lsn(cap.stats.acked_lsn)}"
     )
     return 0
-
-
-def _lsn(v: int) -> str:
-    from txjoin.debezium.lsn import format_lsn
-
-    return format_lsn(v)
-
-
-class _Progress:
-    """A status line on stderr every few seconds while long work runs."""
-
-    def __init__(self, line: Callable[[], str], *, quiet: bool = False, every: float = 5.0) -> None:
-        self.line = line
-        self.quiet = quiet or (not sys.stderr.isatty() and os.environ.get("TXJOIN_PROGRESS") != "1")
-        self.every = every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            print(f"  {time.strftime('%H:%M:%S')} {self.line()}", file=sys.stderr, flush=True)
-
-    def __enter__(self) -> _Progress:
-        if not self.quiet:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
 
 
 # -- txjoin slots -----------------------------------------------------------------
@@ -149,7 +84,7 @@ def _slots(args: argparse.Namespace) -> int:
     from txjoin.pg import admin
     from txjoin.pg.connect import connect, describe_dsn
 
-    dsn = _dsn(args)
+    dsn = dsn_of(args)
     where = describe_dsn(dsn)
     conn = connect(dsn)
     try:
@@ -183,18 +118,8 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-# -- parser ------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="txjoin",
-        description="Joined Delta tables from PostgreSQL change streams, consistent at every version.",
-    )
-    p.add_argument("--version", action="version", version=f"txjoin {__version__}")
-    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def add_commands(sub: Any) -> None:
+    """Register the source subcommands on the ``txjoin`` parser."""
     db = sub.add_parser("db", help="start, stop or inspect the embedded PostgreSQL")
     db.add_argument("action", choices=["start", "stop", "status"])
     db.add_argument(
@@ -244,42 +169,3 @@ def build_parser() -> argparse.ArgumentParser:
     sd.add_argument("name")
     sd.add_argument("--dsn", help="database (default $TXJOIN_DSN)")
     slots.set_defaults(func=_slots)
-
-    from txjoin import cli_pipeline
-
-    cli_pipeline.add_commands(sub)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s" if args.debug else "txjoin: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    if not args.debug:
-        for noisy in ("py4j", "pyspark"):
-            logging.getLogger(noisy).setLevel(logging.ERROR)
-    try:
-        rc: int = args.func(args)
-        return rc
-    except TxJoinError as e:
-        if args.debug:
-            raise
-        print(f"txjoin: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("txjoin: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:
-        if args.debug:
-            raise
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"txjoin: error: {type(e).__name__}: {text} (run with --debug for details)", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,13 @@
-"""The consistency oracle: what each output's SQL gives on PostgreSQL at every commit.
+"""The SQL-on-PostgreSQL oracle: an output's SQL run by PostgreSQL itself.
+
+Two ways to get the source's state for it, one way to run the SQL over copies
+of tables (temporary tables, the SQL's table names pointed at them
+with :func:`rewrite_tables`, everything rolled back):
+
+- :func:`evaluate`, over tables replayed from the changelog
+  (:class:`TableState`, ``txjoin verify``);
+- :class:`Oracle`, recording the sources while a workload commits
+  (``txjoin check``, the scenarios, the property tests).
 
 Whoever drives the source commits through :meth:`Oracle.commit`, which holds
 a lock from the COMMIT until the oracle has read the source, so what it
@@ -29,12 +38,99 @@ import sqlglot
 from sqlglot import exp
 
 from txjoin.cut import Cut
+from txjoin.debezium.values import from_debezium
 from txjoin.errors import TxJoinError
+from txjoin.join.plan import OutputPlan
+from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName, quote_ident
+from txjoin.spec import PipelineSpec
 
-__all__ = ["Oracle", "OracleOutput"]
+__all__ = ["Oracle", "OracleOutput", "TableState", "evaluate", "oracle_for", "rewrite_tables", "temp_name"]
 
 Row = dict[str, Any]
+
+
+def temp_name(source: str, table: QualifiedName) -> str:
+    """The temporary copy of ``source``'s ``table``."""
+    return f"txjo__{source}__{table.schema}__{table.table}"
+
+
+def rewrite_tables(sql: str, names: Mapping[QualifiedName, str]) -> str:
+    """``sql`` with its tables pointed at ``names`` (keeping the names the SQL uses as aliases)."""
+    tree = sqlglot.parse_one(sql, read="postgres")
+    for t in tree.find_all(exp.Table):
+        q = QualifiedName(t.db or "public", t.name)
+        if q not in names:
+            continue
+        # Keep the name the SQL uses (as written, quoted or not), so `orders.id` still resolves.
+        alias = t.args.get("alias") or exp.TableAlias(this=t.this.copy())
+        t.set("db", None)
+        t.set("catalog", None)
+        t.set("this", exp.to_identifier(names[q], quoted=True))
+        t.set("alias", alias)
+    return tree.sql(dialect="postgres")
+
+
+def _query(conn: Any, sql: str) -> list[Row]:
+    with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+        cur.execute(sql)
+        return [dict(r) for r in cur.fetchall()]
+
+
+def _create_temp(cur: Any, name: str, column_defs: Iterable[str]) -> str:
+    tmp = quote_ident(name)
+    cur.execute(f"CREATE TEMP TABLE {tmp} ({', '.join(column_defs)}) ON COMMIT DROP")
+    return tmp
+
+
+# -- over replayed tables -------------------------------------------------------------
+
+
+@dataclass
+class TableState:
+    """One table (as capture recorded its columns) and its rows (Debezium JSON values)."""
+
+    table: Table
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def name(self) -> QualifiedName:
+        return self.table.name
+
+
+def evaluate(conn: Any, sql: str, tables: Mapping[QualifiedName, TableState]) -> list[Row]:
+    """``sql`` evaluated over ``tables`` on ``conn`` (in a transaction that is rolled back)."""
+    try:
+        with conn.cursor() as cur:
+            names: dict[QualifiedName, str] = {}
+            for state in tables.values():
+                columns = state.table.columns
+                types = []
+                for c in columns:
+                    cur.execute("SELECT format_type(%s, %s)", (c.type.oid, c.type.typmod))
+                    types.append(cur.fetchone()[0])
+                names[state.name] = temp_name(state.table.source, state.name)
+                defs = [f"{quote_ident(c.name)} {t}" for c, t in zip(columns, types, strict=True)]
+                tmp = _create_temp(cur, names[state.name], defs)
+                if state.rows:
+                    values = [
+                        tuple(_pg_value(from_debezium(r.get(c.name), c.type)) for c in columns)
+                        for r in state.rows
+                    ]
+                    cols = ", ".join(quote_ident(c.name) for c in columns)
+                    psycopg2.extras.execute_values(cur, f"INSERT INTO {tmp} ({cols}) VALUES %s", values)  # noqa: S608
+        return _query(conn, rewrite_tables(sql, names))
+    finally:
+        conn.rollback()
+
+
+def _pg_value(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return psycopg2.Binary(v)
+    return v
+
+
+# -- recorded while a workload commits -------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -55,10 +151,6 @@ class _Source:
     conn: Any = None
     #: table -> column definitions ("name type") for temporary copies
     columns: dict[QualifiedName, list[str]] = field(default_factory=dict)
-
-
-def _temp(source: str, table: QualifiedName) -> str:
-    return f"txjo__{source}__{table.schema}__{table.table}"
 
 
 class Oracle:
@@ -112,7 +204,7 @@ class Oracle:
             if source not in o.sources:
                 continue
             if len(o.sources) == 1:
-                self.results[o.name][xid] = self._query(conn, o.sql)
+                self.results[o.name][xid] = _query(conn, o.sql)
             else:
                 snap = self.snapshots[source].setdefault(xid, {})
                 with conn.cursor() as cur:
@@ -121,17 +213,11 @@ class Oracle:
                             cur.execute(f"SELECT coalesce(json_agg(t), '[]')::text FROM {t.quoted} t")  # noqa: S608
                             snap[t] = cur.fetchone()[0]
 
-    @staticmethod
-    def _query(conn: Any, sql: str) -> list[Row]:
-        with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-            cur.execute(sql)
-            return [dict(r) for r in cur.fetchall()]
-
     def current(self, output: str) -> list[Row]:
         """The output's SQL on the sources as they are now."""
         o = self.outputs[output]
         if len(o.sources) == 1:
-            return self._query(self.sources[next(iter(o.sources))].conn, o.sql)
+            return _query(self.sources[next(iter(o.sources))].conn, o.sql)
         with self.lock:
             return self._evaluate(o, {s: self._snapshot_now(s, o) for s in o.sources})
 
@@ -169,15 +255,13 @@ class Oracle:
             with conn.cursor() as cur:
                 for s, tables in snaps.items():
                     for t, doc in tables.items():
-                        tmp = quote_ident(_temp(s, t))
-                        cols = ", ".join(self.sources[s].columns[t])
-                        cur.execute(f"CREATE TEMP TABLE {tmp} ({cols}) ON COMMIT DROP")
+                        names[t] = temp_name(s, t)
+                        tmp = _create_temp(cur, names[t], self.sources[s].columns[t])
                         cur.execute(
                             f"INSERT INTO {tmp} SELECT * FROM json_populate_recordset(NULL::{tmp}, %s::json)",  # noqa: S608
                             (doc,),
                         )
-                        names[t] = _temp(s, t)
-            rows = self._query(conn, _rewrite(o.sql, names))
+            rows = _query(conn, rewrite_tables(o.sql, names))
             conn.rollback()
             return rows
         except psycopg2.Error as e:
@@ -186,17 +270,12 @@ class Oracle:
             conn.close()
 
 
-def _rewrite(sql: str, names: Mapping[QualifiedName, str]) -> str:
-    """``sql`` with its tables pointed at ``names`` (keeping the names the SQL uses as aliases)."""
-    tree = sqlglot.parse_one(sql, read="postgres")
-    for t in tree.find_all(exp.Table):
-        q = QualifiedName(t.db or "public", t.name)
-        if q not in names:
-            continue
-        # Keep the name the SQL uses (as written, quoted or not) as the alias.
-        alias = t.args.get("alias") or exp.TableAlias(this=t.this.copy())
-        t.set("db", None)
-        t.set("catalog", None)
-        t.set("this", exp.to_identifier(names[q], quoted=True))
-        t.set("alias", alias)
-    return tree.sql(dialect="postgres")
+def oracle_for(spec: PipelineSpec, plans: Mapping[str, OutputPlan]) -> Oracle:
+    """An oracle recording every output of ``spec`` on its sources."""
+    outputs = []
+    for name, plan in plans.items():
+        tables: dict[str, list[Any]] = {}
+        for t in sorted(plan.tables):
+            tables.setdefault(spec.source_of(t).name, []).append(t)
+        outputs.append(OracleOutput(name, spec.outputs[name].sql, {s: tuple(ts) for s, ts in tables.items()}))
+    return Oracle({s.name: s.dsn for s in spec.sources.values()}, outputs)

@@ -1,0 +1,122 @@
+"""Publishing a micro-batch: one Delta commit per output, carrying the cut.
+
+For each output the batch affects, :meth:`Publisher.publish` asks the join
+stage for the recomputed partitions and replaces them in ONE commit whose
+metadata holds the cut and whose app transaction ``(txjoin:<pipeline>:<output>,
+batch id)`` makes a replay find it already there (replay skip). Outputs the
+batch did not change still move to the new cut now and then, with a commit
+that changes no rows (idle advance), so readers see how fresh they are and a
+quiet source converges.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from txjoin.cut import Cut, same_position
+from txjoin.errors import ChangelogError
+from txjoin.faults import crash_point
+from txjoin.join.batch import Applied, BatchStats, Recomputed
+from txjoin.join.planned import Planned
+from txjoin.sink.delta import DeltaStore
+from txjoin.spec import PipelineSpec
+
+__all__ = ["Publisher", "Recompute"]
+
+#: ``recompute(output, partitions or None for all, stats)``: the join stage's recompute.
+Recompute = Callable[[str, list[list[Any]] | None, BatchStats], Recomputed]
+
+
+class Publisher:
+    """Commits a pipeline's outputs to their Delta tables."""
+
+    def __init__(self, spec: PipelineSpec, planned: Planned, delta: DeltaStore) -> None:
+        self.spec = spec
+        self.planned = planned
+        self.delta = delta
+        #: Per output: the cut of its last Delta version and when it was written.
+        self._published: dict[str, tuple[dict[str, Cut], float]] = {}
+
+    def app_id(self, output: str) -> str:
+        """The Delta app transaction id of ``output``'s commits (its version is the batch id)."""
+        return f"txjoin:{self.spec.name}:{output}"
+
+    def table_exists(self, output: str) -> bool:
+        return self.delta.exists(self.spec.outputs[output].path)
+
+    def check_tables(self, last_batch: int, replicas: Any) -> None:
+        """Refuse output tables that hold batches the replica store (at ``last_batch``) has not seen."""
+        for name in self.planned.plans:
+            out = self.spec.outputs[name]
+            done = self.delta.committed_batch(out.path, self.app_id(name))
+            if done is not None and done > last_batch:
+                raise ChangelogError(
+                    f"output {name!r} at {out.path} already holds micro-batch {done}, but the replica store "
+                    f"{replicas} is at batch {last_batch}: the table belongs to an "
+                    "earlier run of this pipeline. Delete the table (it is rebuilt from the changelog) or "
+                    "restore the "
+                    "state directory it was built with",
+                    output=name,
+                    path=str(out.path),
+                )
+
+    def _cut(self, output: str, cuts: dict[str, Cut]) -> dict[str, Cut]:
+        sources = self.planned.sources_of(output)
+        return {s: c for s, c in cuts.items() if s in sources}
+
+    def _committed(self, output: str, batch_id: int) -> bool:
+        done = self.delta.committed_batch(self.spec.outputs[output].path, self.app_id(output))
+        return done is not None and done >= batch_id
+
+    def publish(self, batch_id: int, applied: Applied, recompute: Recompute, stats: BatchStats) -> None:
+        """Commit every affected output (skipping commits a replay finds done), then idle advances."""
+        now = time.monotonic()
+        for name, parts in applied.affected.items():
+            if self._committed(name, batch_id):
+                continue  # this batch's commit is already there (a replay)
+            plan = self.planned.plans[name]
+            result = recompute(name, parts, stats)
+            t0 = time.monotonic()
+            cut = self._cut(name, applied.cuts)
+            version = self.delta.replace_partitions(
+                self.spec.outputs[name].path,
+                result.rows,
+                key=plan.key,
+                partition_cols=plan.partition_cols,
+                partitions=result.partitions,
+                cut=cut,
+                batch=batch_id,
+                app_id=self.app_id(name),
+            )
+            stats.add_time("commit", t0)
+            stats.commits[name] = version
+            self._published[name] = (cut, now)
+            crash_point("after-output-commit")
+            stats.partitions[name] = -1 if parts is None else len(parts)
+        self._advance_idle(batch_id, applied, stats, now)
+
+    def _advance_idle(self, batch_id: int, applied: Applied, stats: BatchStats, now: float) -> None:
+        """Outputs the batch did not change move to the new cut, at most every
+        ``idle_commit_interval`` seconds, with a commit that changes no rows."""
+        interval = self.spec.options.idle_commit_interval
+        for name in self.planned.plans:
+            sources = self.planned.sources_of(name)
+            if name in applied.affected or not all(src in applied.cuts for src in sources):
+                continue
+            path = self.spec.outputs[name].path
+            cut = self._cut(name, applied.cuts)
+            if name not in self._published:
+                if not self.delta.exists(path):
+                    continue
+                history = self.delta.history(path)
+                self._published[name] = (history[-1].cut if history else {}, 0.0)
+            last_cut, at = self._published[name]
+            if same_position(last_cut, cut) or now - at < interval:
+                continue
+            if self._committed(name, batch_id):
+                continue
+            stats.commits[name] = self.delta.advance(path, cut=cut, batch=batch_id, app_id=self.app_id(name))
+            stats.partitions[name] = 0
+            self._published[name] = (cut, now)
