@@ -98,26 +98,14 @@ def change_event(
         "total_order": total_order,
         "data_collection_order": data_collection_order,
     }
-    if op == Op.TRUNCATE:
-        # Debezium's truncate events have neither before nor after.
-        return {
-            "source": src,
-            "op": op.value,
-            "ts_ms": ts_ms,
-            "ts_us": commit_ts_us,
-            "ts_ns": ts_ns,
-            "transaction": tx,
-        }
-    return {
-        "before": before,
-        "after": after,
-        "source": src,
-        "op": op.value,
-        "ts_ms": ts_ms,
-        "ts_us": commit_ts_us,
-        "ts_ns": ts_ns,
+    body = {
+        "source": src, "op": op.value,
+        "ts_ms": ts_ms, "ts_us": commit_ts_us, "ts_ns": ts_ns,
         "transaction": tx,
-    }
+    }  # fmt: skip
+    if op == Op.TRUNCATE:
+        return body  # Debezium's truncate events have neither before nor after.
+    return {"before": before, "after": after, **body}
 
 
 def begin_event(xid: int, lsn: int, commit_ts_us: int) -> dict[str, Any]:

@@ -178,14 +178,17 @@ class ReplicaStore:
 
     def by_keys(self, table: QualifiedName, keys: Iterable[tuple[Any, ...]]) -> list[Row]:
         spec = self._spec(table)
-        enc = sorted({encode(list(k)) for k in keys})
+        return self._live_rows(spec, "k", sorted({encode(list(k)) for k in keys}))
+
+    def _live_rows(self, spec: TableSpec, column_sql: str, encoded: Sequence[str]) -> list[Row]:
+        """Live rows whose ``column_sql`` (k or an index column) is one of ``encoded``."""
         out: list[Row] = []
-        for chunk in self._chunks(enc):
+        for chunk in self._chunks(encoded):
             marks = ",".join("?" * len(chunk))
             out += [
                 json.loads(r[0])
                 for r in self.db.execute(
-                    f"SELECT row FROM {spec.sql_name} WHERE del = 0 AND k IN ({marks})", chunk
+                    f"SELECT row FROM {spec.sql_name} WHERE del = 0 AND {column_sql} IN ({marks})", chunk
                 )
             ]
         return out
@@ -204,16 +207,7 @@ class ReplicaStore:
         if column not in spec.indexed:
             raise ConfigError(f"column {table}.{column} is not indexed in the replica store")
         enc = sorted({encode(v) for v in values if v is not None or include_null})
-        out: list[Row] = []
-        for chunk in self._chunks(enc):
-            marks = ",".join("?" * len(chunk))
-            out += [
-                json.loads(r[0])
-                for r in self.db.execute(
-                    f"SELECT row FROM {spec.sql_name} WHERE del = 0 AND {_icol(column)} IN ({marks})", chunk
-                )
-            ]
-        return out
+        return self._live_rows(spec, _icol(column), enc)
 
     def by_element(self, table: QualifiedName, column: str, values: Iterable[Any]) -> list[Row]:
         """Rows whose array ``column`` contains any of ``values``."""

@@ -1,1 +1,2 @@
-"""PostgreSQL-facing helpers: the embedded server, names, and source checks."""
+"""PostgreSQL-facing helpers: connections, names, column types, table
+descriptions from the catalog, source checks and set-up, the embedded server."""
