@@ -1,0 +1,245 @@
+"""Translate an analysed SELECT to Spark SQL: sqlglot (PostgreSQL -> Spark) plus
+rewrites for what its Spark output lacks (``json_agg``, ``json_build_object``,
+``array_agg`` and ``string_agg`` made deterministic, ``= ANY(array)``) and for
+what Spark would compute differently for the operand types (docs/types.md).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from sqlglot import exp
+
+from txjoin.errors import UnsupportedQuery
+from txjoin.join.plan.model import Analysis, any_array, refuse
+from txjoin.join.plan.typerules import (
+    AVG_SCALE,
+    FLOAT_TYPES,
+    INT_TYPES,
+    NUMERIC_SCALE,
+    SPARK_INT,
+    base_type,
+    cast_type,
+    numeric_ps,
+    pg_type,
+)
+
+__all__ = ["translate"]
+
+
+def _lambda_v() -> exp.Lambda:
+    return exp.Lambda(
+        this=exp.Dot(this=exp.to_identifier("e"), expression=exp.to_identifier("v")),
+        expressions=[exp.to_identifier("e")],
+    )
+
+
+def _agg_rewrite(node: exp.Expression, unordered: list[bool], output: str) -> exp.Expression:
+    """json_agg / array_agg / string_agg -> deterministic Spark expressions.
+
+    Elements are collected as (sort key, value) pairs and sorted: by the
+    aggregate's ORDER BY, with PostgreSQL's NULL placement (ASC NULLS LAST,
+    DESC NULLS FIRST unless written otherwise), or by the value itself when
+    there is no ORDER BY (the output then compares as a multiset). Over no
+    rows the result is NULL, as in PostgreSQL.
+    """
+    if not isinstance(node, exp.JSONArrayAgg | exp.ArrayAgg | exp.GroupConcat):
+        return node
+    fname = {exp.JSONArrayAgg: "json_agg", exp.ArrayAgg: "array_agg", exp.GroupConcat: "string_agg"}[
+        type(node)
+    ]
+    inner = node.this
+    order: exp.Order | None = None
+    if isinstance(inner, exp.Order):
+        order = inner
+        inner = inner.this
+    if node.args.get("distinct") or isinstance(inner, exp.Distinct):
+        raise refuse(output, f"{fname}(DISTINCT ...)", "aggregate distinct values with GROUP BY first", node)
+    value = inner
+    if order is not None:
+        k_struct, asc = _order_key(order, node, fname, output)
+    else:
+        if isinstance(node, exp.GroupConcat):
+            raise refuse(
+                output,
+                "string_agg without ORDER BY",
+                "its order is undefined in PostgreSQL, so no copy can match it: add ORDER BY inside the call",
+                node,
+            )
+        unordered.append(True)
+        k_struct = value.copy()
+        asc = True
+    pair = exp.Anonymous(
+        this="named_struct",
+        expressions=[exp.Literal.string("k"), k_struct, exp.Literal.string("v"), value.copy()],
+    )
+    collected = exp.Anonymous(this="collect_list", expressions=[pair])
+    sorted_ = exp.Anonymous(this="sort_array", expressions=[collected, exp.Boolean(this=asc)])
+    arr: exp.Expression = exp.Anonymous(this="transform", expressions=[sorted_, _lambda_v()])
+    count: exp.Expression = exp.Anonymous(this="size", expressions=[collected.copy()])
+    if isinstance(node, exp.JSONArrayAgg):
+        result: exp.Expression = exp.Anonymous(this="to_json", expressions=[arr])
+    elif isinstance(node, exp.GroupConcat):
+        sep = node.args.get("separator") or exp.Literal.string(",")
+        result = exp.Anonymous(this="array_join", expressions=[arr, sep.copy()])
+        # string_agg skips NULL values: all-NULL input gives NULL too.
+        count = _non_null_count(collected)
+    else:
+        result = arr
+    return exp.If(this=exp.EQ(this=count, expression=exp.Literal.number(0)), true=exp.Null(), false=result)
+
+
+def _order_key(
+    order: exp.Order, node: exp.Expression, fname: str, output: str
+) -> tuple[exp.Expression, bool]:
+    """The sort key of an aggregate's ORDER BY, as a struct placing NULLs as
+    PostgreSQL does, and whether it sorts ascending."""
+    keys = list(order.expressions)
+    descs = {bool(k.args.get("desc")) for k in keys}
+    if len(descs) > 1:
+        raise refuse(
+            output, f"a {fname} ORDER BY mixing ASC and DESC", "order by keys in one direction", node
+        )
+    asc = not descs.pop()
+    fields: list[exp.Expression] = []
+    for i, k in enumerate(keys):
+        nulls_first = bool(k.args.get("nulls_first"))
+        # sort_array puts false before true ascending, true first descending.
+        flag_is_null = (asc and not nulls_first) or (not asc and nulls_first)
+        flag: exp.Expression = exp.Is(this=k.this.copy(), expression=exp.Null())
+        if not flag_is_null:
+            flag = exp.Not(this=flag)
+        fields += [exp.Literal.string(f"n{i}"), flag, exp.Literal.string(f"k{i}"), k.this.copy()]
+    return exp.Anonymous(this="named_struct", expressions=fields), asc
+
+
+def _non_null_count(collected: exp.Expression) -> exp.Expression:
+    """How many of the collected (key, value) pairs have a non-NULL value."""
+    not_null = exp.Lambda(
+        this=exp.Not(
+            this=exp.Is(
+                this=exp.Dot(this=exp.to_identifier("e"), expression=exp.to_identifier("v")),
+                expression=exp.Null(),
+            )
+        ),
+        expressions=[exp.to_identifier("e")],
+    )
+    return exp.Anonymous(
+        this="size", expressions=[exp.Anonymous(this="filter", expressions=[collected.copy(), not_null])]
+    )
+
+
+def _typed_rewrites(tree: exp.Expression, a: Analysis) -> None:
+    """Rewrite, in place, what Spark computes differently from PostgreSQL for
+    the operand types at hand (docs/types.md). Unknown types: no rewrite."""
+    actions: list[tuple[exp.Expression, str]] = []
+    # Decide on the untouched tree, then rewrite children before parents.
+    for node in tree.find_all(exp.Div, exp.Cast, exp.Round, exp.Avg, bfs=False):
+        if isinstance(node, exp.Div):
+            t = pg_type(node, a)
+            if t in INT_TYPES:
+                actions.append((node, SPARK_INT[t]))  # PostgreSQL truncates; Spark's / is fractional
+        elif isinstance(node, exp.Cast):
+            target = cast_type(node.to)
+            src = pg_type(node.this, a)
+            if target in INT_TYPES and src is not None and base_type(src) == "numeric":
+                actions.append((node, "ROUND"))  # numeric -> int rounds half away from zero
+            elif target in INT_TYPES and src in FLOAT_TYPES:
+                actions.append((node, "BROUND"))  # float -> int uses rint(): half to even
+            elif target == "numeric":
+                actions.append((node, "DECIMAL"))  # Spark's bare DECIMAL is DECIMAL(10,0)
+        elif isinstance(node, exp.Round):
+            if node.args.get("decimals") is None and pg_type(node.this, a) in FLOAT_TYPES:
+                actions.append((node, "BROUND"))  # round(float8) is rint(): half to even
+        else:
+            inner = node.this
+            if isinstance(inner, exp.Distinct):
+                if len(inner.expressions) != 1:
+                    continue
+                inner = inner.expressions[0]
+            arg = pg_type(inner, a)
+            ps = numeric_ps(arg) if arg is not None else None
+            fits = ps is not None and ps[1] <= AVG_SCALE and ps[0] - ps[1] <= 38 - AVG_SCALE
+            if arg in INT_TYPES or fits:
+                actions.append((node, "AVG"))
+    for node, action in reversed(actions):
+        if isinstance(node, exp.Div):
+            div = exp.IntDiv(this=node.this, expression=node.expression)
+            node.replace(exp.Cast(this=div, to=exp.DataType.build(action)))
+        elif isinstance(node, exp.Cast) and action == "DECIMAL":
+            node.set("to", exp.DataType.build(f"DECIMAL(38, {NUMERIC_SCALE})"))
+        elif isinstance(node, exp.Cast) and action == "ROUND":
+            node.set("this", exp.Round(this=node.this))
+        elif isinstance(node, exp.Cast):
+            node.set("this", exp.Anonymous(this="BROUND", expressions=[node.this]))
+        elif isinstance(node, exp.Round):
+            node.replace(exp.Anonymous(this="BROUND", expressions=[node.this]))
+        else:
+            arg = node.this
+            if isinstance(arg, exp.Distinct):
+                arg = arg.expressions[0]
+            arg.replace(exp.Cast(this=arg.copy(), to=exp.DataType.build(f"DECIMAL(38, {AVG_SCALE})")))
+
+
+def translate(
+    select: exp.Select, a: Analysis, name: str, out_cols: list[tuple[str, exp.Expression]]
+) -> tuple[str, list[str]]:
+    """``select`` as Spark SQL over one view per alias, and the output columns
+    holding aggregates without ORDER BY (compared as multisets)."""
+    tree = select.copy()
+    tree.set("order", None)
+    _typed_rewrites(tree, a)
+    # Tables -> views, keeping the name the SQL uses as alias.
+    order = list(a.aliases)
+    for t in tree.find_all(exp.Table):
+        alias = t.alias_or_name
+        t.set("db", None)
+        t.set("catalog", None)
+        t.set("this", exp.to_identifier(f"txj__{name}__{order.index(alias)}"))
+        t.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    # Output columns get the names PostgreSQL would give them.
+    new_exprs = []
+    unordered_cols: list[str] = []
+    for (col_name, _), e in zip(out_cols, tree.expressions, strict=True):
+        body = e.this if isinstance(e, exp.Alias) else e
+        flags: list[bool] = []
+        body = body.transform(functools.partial(_agg_rewrite, unordered=flags, output=name))
+        if flags:
+            unordered_cols.append(col_name)
+        new_exprs.append(exp.Alias(this=body, alias=exp.to_identifier(col_name, quoted=True)))
+    tree.set("expressions", new_exprs)
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name.upper() in (
+            "JSON_BUILD_OBJECT",
+            "JSONB_BUILD_OBJECT",
+        ):
+            args = node.expressions
+            if len(args) % 2:
+                raise UnsupportedQuery(f"output {name!r}: json_build_object needs key/value pairs")
+            struct = exp.Anonymous(this="named_struct", expressions=list(args))
+            inside_agg = node.find_ancestor(exp.AggFunc, exp.Anonymous)
+            if inside_agg is not None and (
+                isinstance(inside_agg, exp.AggFunc)
+                or (
+                    isinstance(inside_agg, exp.Anonymous)
+                    and inside_agg.name.lower() in ("named_struct", "collect_list")
+                )
+            ):
+                return struct
+            return exp.Anonymous(this="to_json", expressions=[struct])
+        if isinstance(node, exp.EQ):
+            for scalar, other in ((node.this, node.expression), (node.expression, node.this)):
+                arr = any_array(other)
+                if arr is not None:
+                    return exp.Anonymous(this="array_contains", expressions=[arr.copy(), scalar.copy()])
+        return node
+
+    # transform() does not descend into what it replaced: repeat for nested calls.
+    out: exp.Expression = tree
+    for _ in range(32):
+        before = out.sql(dialect="spark")
+        out = out.transform(rewrite)
+        if out.sql(dialect="spark") == before:
+            break
+    return out.sql(dialect="spark"), unordered_cols
