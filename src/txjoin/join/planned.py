@@ -46,7 +46,7 @@ class Planned:
 
     tables: Mapping[QualifiedName, Table]
     plans: Mapping[str, OutputPlan]
-    _used: dict[QualifiedName, set[str]] = field(default_factory=dict, repr=False, compare=False)
+    _used: dict[QualifiedName, set[str]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def sources_of(self, output: str) -> set[str]:
         """The sources an output reads."""
