@@ -40,7 +40,6 @@ import pyarrow.parquet as pq
 
 from bench.common import Stat, bench_spark, machine, write_figures
 from txjoin.cut import Cut
-from txjoin.join.replica import Change
 from txjoin.pg.catalog import Column, Table
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
@@ -130,13 +129,16 @@ def load(pipeline: Pipeline, n: int, data: Path) -> None:
     orders = [order(i) for i in range(1, n + 1)]
     store.begin()
     for rows, table in ((clients, CLIENTS), (orders, ORDERS)):
+        # Bulk: Parquet files of the rows, as the columnar snapshot writes them.
+        files = []
         for start in range(0, len(rows), 100_000):
-            store.apply(
-                [
-                    Change(table, "r", 1, k + 1, None, r, 1)
-                    for k, r in enumerate(rows[start : start + 100_000])
-                ]
+            part = data / f"load-{table.table}-{start}.parquet"
+            part.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(
+                pa.Table.from_pylist(rows[start : start + 100_000], schema=store.tables[table].schema()), part
             )
+            files.append(part)
+        store.load_parquet(table, files, 1)
     cut = {"shop": Cut(lsn=1, xid=1, transactions=1, commit_ts_ms=0)}
     store.set_meta("initialized", {"enriched": pipeline.join.fingerprint("enriched")})
     store.commit(0, {}, cut)

@@ -16,13 +16,13 @@ shares with PostgreSQL (joins, count, sum).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import sqlglot
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
@@ -30,10 +30,12 @@ from sqlglot import exp
 
 from tests.property.join_strategies import Op, Schema, operations, rows, schemas
 from tests.support.profiles import examples
+from txjoin.join.changes import Change, batch_of, touched_of
 from txjoin.join.plan import OutputPlan, TableInfo, plan_output
-from txjoin.join.propagate import affected_partitions, closure, touched_keys
-from txjoin.join.replica import Change, ReplicaStore, TableSpec, encode
+from txjoin.join.propagate import affected_partitions, closure, distinct
+from txjoin.join.replica import ReplicaStore, TableSpec
 from txjoin.pg.names import QualifiedName
+from txjoin.pg.types import ColumnType
 
 Row = dict[str, Any]
 
@@ -50,10 +52,23 @@ def _store(plan: OutputPlan, path: Path) -> ReplicaStore:
     specs = []
     idx, arr = plan.index_columns(), plan.array_columns()
     for t in plan.tables:
+        columns = tuple((c, ColumnType(23, "int4")) for c in plan.aliases[_alias_of(plan, t)].columns)
         specs.append(
-            TableSpec(t, ("id",), frozenset(idx.get(t, set()) - {"id"}), frozenset(arr.get(t, set())))
+            TableSpec(t, ("id",), columns, frozenset(idx.get(t, set()) - {"id"}), frozenset(arr.get(t, set())))
         )
     return ReplicaStore(path, specs)
+
+
+def _alias_of(plan: OutputPlan, table: QualifiedName) -> str:
+    return next(a for a, info in plan.aliases.items() if info.name == table)
+
+
+def _apply(store: ReplicaStore, changes: list[Change]) -> dict[QualifiedName, pa.Table]:
+    by_table: dict[QualifiedName, list[Change]] = {}
+    for c in changes:
+        by_table.setdefault(c.table, []).append(c)
+    batches = {t: batch_of(store.tables[t], cs) for t, cs in by_table.items()}
+    return batches
 
 
 def _evaluate(plan: OutputPlan, by_alias: dict[str, list[Row]]) -> list[tuple[Any, ...]]:
@@ -77,13 +92,15 @@ def _evaluate(plan: OutputPlan, by_alias: dict[str, list[Row]]) -> list[tuple[An
     return out
 
 
-def _partition_of(plan: OutputPlan, row: tuple[Any, ...]) -> str:
+def _partition_of(plan: OutputPlan, row: tuple[Any, ...]) -> tuple[Any, ...]:
     idx = [plan.columns.index(c) for c in plan.partition_cols]
-    return encode([row[i] for i in idx])
+    return tuple(row[i] for i in idx)
 
 
-def _by_partition(plan: OutputPlan, result: list[tuple[Any, ...]]) -> dict[str, Counter[tuple[Any, ...]]]:
-    out: dict[str, Counter[tuple[Any, ...]]] = {}
+def _by_partition(
+    plan: OutputPlan, result: list[tuple[Any, ...]]
+) -> dict[tuple[Any, ...], Counter[tuple[Any, ...]]]:
+    out: dict[tuple[Any, ...], Counter[tuple[Any, ...]]] = {}
     for r in result:
         out.setdefault(_partition_of(plan, r), Counter())[r] += 1
     return out
@@ -156,41 +173,42 @@ def test_affected_partitions_cover_every_change_and_closures_suffice(
     schema, initial, bs = case
     plan = _plan(schema)
     note(f"SQL: {plan.sql}\nmode {plan.mode}, anchor {plan.anchor}")
-    pks = {t: ("id",) for t in plan.tables}
     model = Model(schema.n)
     with tempfile.TemporaryDirectory() as d:
-        store = _store(plan, Path(d) / "r.sqlite")
+        store = _store(plan, Path(d) / "r.duckdb")
         changes = [c for t, r in initial for c in model.apply(schema, ("insert", t, r))]
         store.begin()
-        store.apply(changes)
+        store.apply(_apply(store, changes))
         store.commit(0, {}, {})
         for b, ops in enumerate(bs, start=1):
             before = _by_partition(plan, _evaluate(plan, model.by_alias(plan)))
             changes = [c for op in ops for c in model.apply(schema, op)]
+            batches = _apply(store, changes)
             store.begin()
-            touched = touched_keys(changes, pks)
+            touched = touched_of(batches, store.tables)
             old = affected_partitions(plan, store, touched, old_state=True)
-            store.apply(changes)
+            store.apply(batches)
             new = affected_partitions(plan, store, touched, old_state=False)
             store.commit(b, {}, {})
             after = _by_partition(plan, _evaluate(plan, model.by_alias(plan)))
             assert store_state(store, plan) == model_state(model, plan), "the replica differs from the model"
             if old is None or new is None:
                 continue  # every partition is recomputed
-            affected = old | new
+            both = distinct(pa.concat_tables([old, new]))
+            affected = {tuple(r.values()) for r in both.to_pylist()}
             changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
             assert changed <= affected, (
-                f"batch {b}: partitions {sorted(changed - affected)} changed but were missed"
+                f"batch {b}: partitions {sorted(changed - affected, key=repr)} changed but were missed"
             )
-            parts = {encode(json.loads(p)) for p in affected}
-            got = _by_partition(plan, _evaluate(plan, closure(plan, store, parts)))
-            for p in parts:
+            rows = {a: t.to_pylist() for a, t in closure(plan, store, both).items()}
+            got = _by_partition(plan, _evaluate(plan, rows))
+            for p in affected:
                 assert got.get(p) == after.get(p), f"batch {b}: partition {p} over its closure differs"
         store.close()
 
 
 def store_state(store: ReplicaStore, plan: OutputPlan) -> dict[str, list[Row]]:
-    return {str(t): sorted(store.all_rows(t), key=lambda r: r["id"]) for t in plan.tables}
+    return {str(t): sorted(store.all_rows(t).to_pylist(), key=lambda r: r["id"]) for t in plan.tables}
 
 
 def model_state(model: Model, plan: OutputPlan) -> dict[str, list[Row]]:

@@ -9,15 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from txjoin.cut import Cut
 from txjoin.debezium.values import UNAVAILABLE
 from txjoin.errors import ChangelogError, UnsupportedQuery
+from txjoin.join.changes import Change, batch_of, touched_of
 from txjoin.join.plan import OutputPlan, TableInfo, plan_output
-from txjoin.join.propagate import affected_partitions, closure, touched_keys
-from txjoin.join.replica import Change, ReplicaStore, TableSpec, encode
+from txjoin.join.propagate import affected_partitions, closure
+from txjoin.join.replica import ReplicaStore, TableSpec
 from txjoin.pg.names import QualifiedName as Q
+from txjoin.pg.types import ColumnType
 
 TABLES = {
     t.name: t
@@ -29,7 +32,14 @@ TABLES = {
         TableInfo(Q("public", "pizzas"), "s", ("id", "name", "price"), ("id",)),
     ]
 }
-PKS = {t: info.primary_key for t, info in TABLES.items()}
+INT4, TEXT = ColumnType(23, "int4"), ColumnType(25, "text")
+TYPES = {
+    "orders": {"id": INT4, "client_id": INT4, "note": TEXT, "region": TEXT, "pizzas": ColumnType(1007, "_int4")},
+    "clients": {"id": INT4, "name": TEXT, "region": TEXT},
+    "items": {"id": INT4, "order_id": INT4, "pos": INT4, "qty": INT4},
+    "emp": {"id": INT4, "mgr_id": INT4, "name": TEXT},
+    "pizzas": {"id": INT4, "name": TEXT, "price": ColumnType(1700, "numeric")},
+}
 
 
 def plan(sql: str, key: list[str]) -> OutputPlan:
@@ -41,7 +51,13 @@ def store_for(p: OutputPlan, path: Path) -> ReplicaStore:
     return ReplicaStore(
         path,
         [
-            TableSpec(t, ("id",), frozenset(idx.get(t, set()) - {"id"}), frozenset(arr.get(t, set())))
+            TableSpec(
+                t,
+                ("id",),
+                tuple(TYPES[t.table].items()),
+                frozenset(idx.get(t, set()) - {"id"}),
+                frozenset(arr.get(t, set())),
+            )
             for t in p.tables
         ],
     )
@@ -56,14 +72,31 @@ class Changes:
         return Change(Q("public", table), op, self.lsn, 1, before, after, xid)
 
 
-def run_batch(p: OutputPlan, store: ReplicaStore, changes: list[Change], batch: int) -> set[str] | None:
+def run_batch(
+    p: OutputPlan, store: ReplicaStore, changes: list[Change], batch: int
+) -> set[tuple[Any, ...]] | None:
+    """Apply ``changes`` as one batch; the affected partitions as value tuples (None: all)."""
+    by_table: dict[Q, list[Change]] = {}
+    for c in changes:
+        by_table.setdefault(c.table, []).append(c)
+    batches = {t: batch_of(store.tables[t], cs) for t, cs in by_table.items()}
     store.begin()
-    touched = touched_keys(changes, PKS)
-    old = affected_partitions(p, store, touched, old_state=True)
-    store.apply(changes)
-    new = affected_partitions(p, store, touched, old_state=False)
-    store.commit(batch, {}, {})
-    return None if old is None or new is None else old | new
+    try:
+        touched = touched_of(batches, store.tables)
+        old = affected_partitions(p, store, touched, old_state=True)
+        store.apply(batches)
+        new = affected_partitions(p, store, touched, old_state=False)
+        store.commit(batch, {}, {})
+    except BaseException:
+        store.rollback()
+        raise
+    if old is None or new is None:
+        return None
+    return {tuple(r.values()) for t in (old, new) for r in t.to_pylist()}
+
+
+def ids(rows: pa.Table) -> list[Any]:
+    return sorted(rows.column("id").to_pylist())
 
 
 def test_multi_column_group_by_closure_finds_its_rows(tmp_path: Path) -> None:
@@ -72,7 +105,7 @@ def test_multi_column_group_by_closure_finds_its_rows(tmp_path: Path) -> None:
         "GROUP BY c.region, c.name",
         ["region", "name"],
     )
-    s = store_for(p, tmp_path / "r.sqlite")
+    s = store_for(p, tmp_path / "r.duckdb")
     ch = Changes()
     run_batch(p, s, [ch("c", "clients", after={"id": 1, "name": "Bob", "region": "EU"})], 0)
     parts = run_batch(
@@ -81,10 +114,10 @@ def test_multi_column_group_by_closure_finds_its_rows(tmp_path: Path) -> None:
         [ch("c", "orders", after={"id": 10, "client_id": 1, "note": None, "region": "EU", "pizzas": []})],
         1,
     )
-    assert parts == {encode(["EU", "Bob"])}
-    rows = closure(p, s, parts)
-    assert [r["id"] for r in rows["c"]] == [1]
-    assert [r["id"] for r in rows["o"]] == [10]
+    assert parts == {("EU", "Bob")}
+    rows = closure(p, s, pa.table({"region": ["EU"], "name": ["Bob"]}))
+    assert ids(rows["c"]) == [1]
+    assert ids(rows["o"]) == [10]
 
 
 def test_null_group_keeps_its_rows_in_the_closure(tmp_path: Path) -> None:
@@ -92,7 +125,7 @@ def test_null_group_keeps_its_rows_in_the_closure(tmp_path: Path) -> None:
         "SELECT c.region, count(o.id) AS n FROM clients c JOIN orders o ON o.client_id = c.id GROUP BY c.region",
         ["region"],
     )
-    s = store_for(p, tmp_path / "r.sqlite")
+    s = store_for(p, tmp_path / "r.duckdb")
     ch = Changes()
     run_batch(p, s, [ch("c", "clients", after={"id": 1, "name": "Bob", "region": None})], 0)
     parts = run_batch(
@@ -101,14 +134,14 @@ def test_null_group_keeps_its_rows_in_the_closure(tmp_path: Path) -> None:
         [ch("c", "orders", after={"id": 10, "client_id": 1, "note": None, "region": "EU", "pizzas": []})],
         1,
     )
-    assert parts == {encode([None])}
-    assert [r["id"] for r in closure(p, s, parts)["c"]] == [1]
+    assert parts == {(None,)}
+    assert ids(closure(p, s, pa.table({"region": pa.array([None], pa.string())}))["c"]) == [1]
 
 
 def test_self_join_closure_is_per_alias(tmp_path: Path) -> None:
     p = plan("SELECT e.id, m.name AS mgr FROM emp e LEFT JOIN emp m ON e.mgr_id = m.id", ["id"])
     assert p.view("e") != p.view("m")
-    s = store_for(p, tmp_path / "r.sqlite")
+    s = store_for(p, tmp_path / "r.duckdb")
     ch = Changes()
     run_batch(
         p,
@@ -121,12 +154,12 @@ def test_self_join_closure_is_per_alias(tmp_path: Path) -> None:
         0,
     )
     parts = run_batch(p, s, [ch("u", "emp", after={"id": 1, "mgr_id": 2, "name": "Ann2"})], 1)
-    assert parts == {encode([1])}
-    rows = closure(p, s, parts)
+    assert parts == {(1,)}
+    rows = closure(p, s, pa.table({"id": pa.array([1], pa.int64())}))
     # Row 2 is only a manager here: it must not be an 'e' row, or the SQL
     # would recompute (and overwrite) partition 2 without its manager.
-    assert [r["id"] for r in rows["e"]] == [1]
-    assert [r["id"] for r in rows["m"]] == [2]
+    assert ids(rows["e"]) == [1]
+    assert ids(rows["m"]) == [2]
 
 
 def test_truncate_then_insert_in_one_batch_reaches_the_new_rows(tmp_path: Path) -> None:
@@ -134,7 +167,7 @@ def test_truncate_then_insert_in_one_batch_reaches_the_new_rows(tmp_path: Path) 
         "SELECT o.id, count(i.id) AS n FROM orders o LEFT JOIN items i ON i.order_id = o.id GROUP BY o.id",
         ["id"],
     )
-    s = store_for(p, tmp_path / "r.sqlite")
+    s = store_for(p, tmp_path / "r.duckdb")
     ch = Changes()
     run_batch(
         p,
@@ -149,12 +182,12 @@ def test_truncate_then_insert_in_one_batch_reaches_the_new_rows(tmp_path: Path) 
     parts = run_batch(
         p, s, [ch("t", "items"), ch("c", "items", after={"id": 200, "order_id": 2, "pos": 1, "qty": 1})], 1
     )
-    assert parts == {encode([1]), encode([2])}
+    assert parts == {(1,), (2,)}
 
 
 def test_primary_key_change_keeps_unchanged_toast_values(tmp_path: Path) -> None:
     p = plan("SELECT o.id, o.note FROM orders o", ["id"])
-    s = store_for(p, tmp_path / "r.sqlite")
+    s = store_for(p, tmp_path / "r.duckdb")
     ch = Changes()
     note = "x" * 5000
     run_batch(
@@ -169,7 +202,7 @@ def test_primary_key_change_keeps_unchanged_toast_values(tmp_path: Path) -> None
         {"id": 2, "client_id": 1, "note": UNAVAILABLE, "region": "EU", "pizzas": []}, 42,
     )  # fmt: skip
     run_batch(p, s, [delete, create], 1)
-    assert s.by_keys(Q("public", "orders"), [(2,)])[0]["note"] == note
+    assert s.rows_by_keys(Q("public", "orders"), pa.table({"id": [2]})).to_pylist()[0]["note"] == note
     # Without the row it moved from, the placeholder cannot be resolved: loud.
     orphan = Change(
         Q("public", "orders"), "u", 600, 1, None,
@@ -181,18 +214,18 @@ def test_primary_key_change_keeps_unchanged_toast_values(tmp_path: Path) -> None
 
 def test_replayed_older_change_never_resurrects_a_deleted_row(tmp_path: Path) -> None:
     p = plan("SELECT o.id, o.note FROM orders o", ["id"])
-    s = store_for(p, tmp_path / "r.sqlite")
+    s = store_for(p, tmp_path / "r.duckdb")
     row = {"id": 1, "client_id": 1, "note": "a", "region": "EU", "pizzas": []}
     insert = Change(Q("public", "orders"), "c", 100, 1, None, row, 7)
     delete = Change(Q("public", "orders"), "d", 200, 1, {"id": 1}, None, 8)
     run_batch(p, s, [insert, delete], 0)
     run_batch(p, s, [insert], 1)  # at-least-once redelivery of the older insert
-    assert s.by_keys(Q("public", "orders"), [(1,)]) == []
+    assert s.rows_by_keys(Q("public", "orders"), pa.table({"id": [1]})).num_rows == 0
 
 
 def test_element_index_is_filled_when_an_output_is_added(tmp_path: Path) -> None:
     first = plan("SELECT o.id, o.note FROM orders o", ["id"])
-    s = store_for(first, tmp_path / "r.sqlite")
+    s = store_for(first, tmp_path / "r.duckdb")
     ch = Changes()
     run_batch(
         first,
@@ -205,8 +238,8 @@ def test_element_index_is_filled_when_an_output_is_added(tmp_path: Path) -> None
         "SELECT o.id, json_agg(p.name) AS names FROM orders o JOIN pizzas p ON p.id = ANY(o.pizzas) GROUP BY o.id",
         ["id"],
     )
-    s = store_for(second, tmp_path / "r.sqlite")
-    assert [r["id"] for r in s.by_element(Q("public", "orders"), "pizzas", {7})] == [1]
+    s = store_for(second, tmp_path / "r.duckdb")
+    assert ids(s.rows_by_element(Q("public", "orders"), "pizzas", pa.array([7]))) == [1]
 
 
 def test_left_join_on_condition_between_preserved_tables_is_refused() -> None:
@@ -272,9 +305,12 @@ def test_aggregate_order_by_follows_postgresql_null_placement() -> None:
 
 def test_pending_partitions_round_trip(tmp_path: Path) -> None:
     p = plan("SELECT o.id, o.note FROM orders o", ["id"])
-    s = store_for(p, tmp_path / "r.sqlite")
+    s = store_for(p, tmp_path / "r.duckdb")
     s.begin()
-    s.commit(4, {"o": [[1], [2]], "all": None}, {"s": Cut(5)})
-    assert s.pending(4) == {"o": [[1], [2]], "all": None}
+    s.commit(4, {"o": pa.table({"id": [1, 2]}), "all": None}, {"s": Cut(5)})
+    pending = s.pending(4)
+    assert pending["all"] is None
+    assert pending["o"] is not None
+    assert pending["o"].to_pylist() == [{"id": 1}, {"id": 2}]
     assert s.last_batch == 4
     assert s.cuts() == {"s": Cut(5)}

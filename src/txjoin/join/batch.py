@@ -22,28 +22,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from txjoin.cut import Cut
-from txjoin.debezium.record import parse_record
-from txjoin.debezium.values import from_debezium
-from txjoin.errors import ChangelogError, SchemaChangeError, TxJoinError
+from txjoin.errors import ChangelogError, TxJoinError
 from txjoin.faults import crash_point
-from txjoin.join.engine import SparkEngine
+from txjoin.join.changes import parse_released, touched_of
+from txjoin.join.engine import SparkEngine, spark_column
 from txjoin.join.plan import OutputPlan
 from txjoin.join.planned import Planned
-from txjoin.join.propagate import affected_partitions, closure, touched_keys
-from txjoin.join.replica import Change, ReplicaStore, encode
-from txjoin.pg.names import parse_table_name
+from txjoin.join.propagate import affected_partitions, closure, distinct
+from txjoin.join.replica import Partitions, ReplicaStore
+from txjoin.pg.names import QualifiedName
 from txjoin.spec import PipelineSpec
 
 __all__ = ["Affected", "Applied", "BatchStats", "JoinStage", "Recomputed"]
 
 log = logging.getLogger(__name__)
 
-#: Output -> the partitions a batch recomputes (encoded anchor values; None: all of them).
-Affected = dict[str, list[list[Any]] | None]
+#: Output -> the partitions a batch recomputes (anchor values; None: all of them).
+Affected = dict[str, Partitions | None]
 
 
 @dataclass
@@ -83,7 +84,7 @@ class Recomputed:
     """An output's new rows for some partitions, and those partitions as typed values."""
 
     rows: pa.Table
-    #: The partitions' anchor values as Python values of their column types (None: all).
+    #: The partitions' values in the output's partition columns, as Python values (None: all).
     partitions: list[list[Any]] | None
 
 
@@ -96,7 +97,8 @@ class JoinStage:
         self.plans = planned.plans
         self.store = ReplicaStore(spec.replicas, planned.replica_tables())
         self.engine = SparkEngine(spark, planned.tables)
-        self._pks = {t: table.primary_key for t, table in planned.tables.items()}
+        self._used = planned.used_by_table()
+        self._compute = duckdb.connect()  # Arrow-only work: the result guard
 
     def check_plans(self) -> None:
         """Run every output's SQL over no rows: fails before any replica commit."""
@@ -110,6 +112,7 @@ class JoinStage:
 
     def close(self) -> None:
         self.store.close()
+        self._compute.close()
 
     # -- apply ------------------------------------------------------------------
     def apply(
@@ -120,8 +123,8 @@ class JoinStage:
         ``table_exists(output)`` says whether the output's table is there; a
         missing one is rebuilt in full at this batch's cut.
         """
-        changes = self._changes(rows)
-        stats.events = len(changes)
+        batches = parse_released(rows, self.store.tables, self._used)
+        stats.events = sum(b.num_rows for b in batches.values())
         stats.transactions = (
             int(rows[["source", "xid", "commit_lsn"]].drop_duplicates().shape[0]) if len(rows) else 0
         )
@@ -145,7 +148,7 @@ class JoinStage:
                 )
             cuts = _advance(store.cuts(), rows)
             t0 = time.monotonic()
-            affected = self._apply(changes, cuts, table_exists)
+            affected = self._apply(batches, cuts, table_exists)
             stats.add_time("apply", t0)
             store.commit(batch_id, affected, cuts)
             crash_point("after-replica-commit")
@@ -154,54 +157,23 @@ class JoinStage:
             stats.last_commit_ts_ms[source] = cut.commit_ts_ms or 0
         return applied
 
-    def _changes(self, rows: pd.DataFrame) -> list[Change]:
-        out: list[Change] = []
-        if not len(rows):
-            return out
-        for table, op, lsn, order, value, xid in zip(
-            rows["table"],
-            rows["op"],
-            rows["commit_lsn"],
-            rows["total_order"],
-            rows["value"],
-            rows["xid"],
-            strict=True,
-        ):
-            name = parse_table_name(table)
-            if name not in self.planned.tables:
-                continue  # captured but not used by any output
-            rec = parse_record(value)
-            before, after = rec.get("before"), rec.get("after")
-            used = self.planned.used_columns(name)
-            if after is not None:
-                missing = used - set(after)
-                if missing:
-                    raise SchemaChangeError(
-                        f"transaction {xid} changes {name} without column(s) {sorted(missing)}, "
-                        "which an output "
-                        "reads: the column was dropped or renamed at the source. Nothing after the last good "
-                        "transaction was committed; restore the column or start a new pipeline",
-                        table=str(name),
-                        xid=int(xid),
-                        columns=sorted(missing),
-                    )
-            out.append(Change(name, str(op), int(lsn), int(order), before, after, int(xid)))
-        return out
-
     def _apply(
-        self, changes: list[Change], cuts: dict[str, Cut], table_exists: Callable[[str], bool]
+        self,
+        batches: dict[QualifiedName, pa.Table],
+        cuts: dict[str, Cut],
+        table_exists: Callable[[str], bool],
     ) -> Affected:
         store = self.store
         store.begin()
         try:
-            touched = touched_keys(changes, self._pks)
-            old: dict[str, set[str] | None] = {}
+            touched = touched_of(batches, store.tables)
+            old: dict[str, Partitions | None] = {}
             for name, plan in self.plans.items():
                 if self.spec.options.propagate_before_images:
                     old[name] = affected_partitions(plan, store, touched, old_state=True)
                 else:
-                    old[name] = set()
-            store.apply(changes)
+                    old[name] = None if plan.mode == "group" and not plan.anchor else pa.table({})
+            store.apply(batches)
             affected: Affected = {}
             initialized = store.meta("initialized", {})
             if isinstance(initialized, list):  # written by an earlier version
@@ -225,8 +197,9 @@ class JoinStage:
                 o = old[name]
                 if o is None or new is None:
                     affected[name] = None
-                elif o or new:
-                    affected[name] = [json.loads(p) for p in sorted(o | new)]
+                elif o.num_rows or new.num_rows:
+                    both = [p for p in (o, new) if p.num_rows]
+                    affected[name] = distinct(pa.concat_tables(both))
             store.set_meta("initialized", initialized)
         except BaseException:
             store.rollback()
@@ -234,25 +207,55 @@ class JoinStage:
         return affected
 
     # -- recompute ----------------------------------------------------------------
-    def recompute(self, output: str, parts: list[list[Any]] | None, stats: BatchStats) -> Recomputed:
+    def recompute(self, output: str, parts: Partitions | None, stats: BatchStats) -> Recomputed:
         """The output's rows for ``parts`` (None: all), guarded; timings go to ``stats``."""
         plan = self.plans[output]
-        keys = None if parts is None else {encode(p) for p in parts}
         t0 = time.monotonic()
-        rows = closure(plan, self.store, keys)
+        rows = closure(plan, self.store, parts)
         t0 = stats.add_time("fetch", t0)
         result = self.engine.run(plan, rows)
-        if keys is not None:
-            result = _only_partitions(plan, result, keys)
+        typed = None if parts is None else self._typed(plan, parts)
+        if typed is not None and (plan.mode == "root" or plan.anchor):
+            result = self._only_partitions(plan, result, typed)
         _check_unique(plan, result)
         stats.add_time("recompute", t0)
-        return Recomputed(result, None if parts is None else self._typed(plan, parts))
+        return Recomputed(result, None if typed is None else [list(r.values()) for r in typed.to_pylist()])
 
-    def _typed(self, plan: OutputPlan, parts: list[list[Any]]) -> list[list[Any]]:
-        """Partition values as Python values of their column types (from Debezium's JSON)."""
-        types = self.planned.tables[plan.aliases[plan.anchor].name].types
-        ctypes = [types[c] for c in plan.anchor_cols]
-        return [[from_debezium(v, t) for v, t in zip(p, ctypes, strict=True)] for p in parts]
+    def _typed(self, plan: OutputPlan, parts: Partitions) -> pa.Table:
+        """Partitions in the output's partition columns and types (as the SQL's result has them)."""
+        if not plan.anchor:
+            return pa.table({})
+        table = self.planned.tables[plan.aliases[plan.anchor].name]
+        types = table.types
+        arrays = [spark_column(parts.column(c), types[c], table.name, c) for c in plan.anchor_cols]
+        return pa.Table.from_arrays(arrays, names=list(plan.partition_cols))
+
+    def _only_partitions(self, plan: OutputPlan, result: pa.Table, typed: pa.Table) -> pa.Table:
+        """Drop result rows outside the recomputed partitions.
+
+        The SQL over a partition's rows can only produce that partition's rows;
+        this guard keeps an over-fetch from overwriting rows of partitions that
+        were not recomputed with partial data.
+        """
+        if result.num_rows == 0:
+            return result
+        con = self._compute
+        con.register("res", result)
+        con.register("parts", typed)
+        try:
+            on = " AND ".join(f"res.{_q(c)} IS NOT DISTINCT FROM parts.{_q(c)}" for c in plan.partition_cols)
+            sql = f"SELECT res.* FROM res SEMI JOIN parts ON {on}"  # noqa: S608 (quoted names)
+            rel = con.sql(sql)
+            assert rel is not None
+            kept: pa.Table = rel.to_arrow_table()
+        finally:
+            con.unregister("res")
+            con.unregister("parts")
+        return kept.cast(result.schema)
+
+
+def _q(ident: str) -> str:
+    return '"' + ident.replace('"', '""') + '"'
 
 
 def _advance(cuts: dict[str, Cut], rows: pd.DataFrame) -> dict[str, Cut]:
@@ -272,37 +275,16 @@ def _advance(cuts: dict[str, Cut], rows: pd.DataFrame) -> dict[str, Cut]:
     return cuts
 
 
-def _only_partitions(plan: OutputPlan, result: pa.Table, keys: set[str]) -> pa.Table:
-    """Drop result rows outside the recomputed partitions.
-
-    The SQL over a partition's rows can only produce that partition's rows;
-    this guard keeps an over-fetch from overwriting rows of partitions that
-    were not recomputed with partial data.
-    """
-    if plan.mode != "root" and not plan.anchor:
-        return result
-    # Partition keys are Debezium-encoded; they compare with the result's
-    # values as they are only for integers and strings (other types: no guard).
-    types = [result.schema.field(c).type for c in plan.partition_cols]
-    if not all(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) for t in types):
-        return result
-    cols = result.select(list(plan.partition_cols)).to_pylist()
-    mask = pa.array([encode([r[c] for c in plan.partition_cols]) in keys for r in cols], type=pa.bool_())
-    return result.filter(mask)
-
-
 def _check_unique(plan: OutputPlan, result: pa.Table) -> None:
     if result.num_rows < 2:
         return
-    keys = result.select(list(plan.key)).to_pylist()
-    seen: set[tuple[Any, ...]] = set()
-    for k in keys:
-        t = tuple(k.values())
-        if t in seen:
-            raise TxJoinError(
-                f"output {plan.name!r}: key {list(plan.key)} is not unique: "
-                f"{dict(zip(plan.key, t, strict=True))} "
-                "appears more than once. Add columns to the key so each output row has its own",
-                output=plan.name,
-            )
-        seen.add(t)
+    keys = result.select(list(plan.key))
+    counts = keys.group_by(list(plan.key), use_threads=False).aggregate([([], "count_all")])
+    dup = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if dup.num_rows:
+        first = {k: dup.column(k)[0].as_py() for k in plan.key}
+        raise TxJoinError(
+            f"output {plan.name!r}: key {list(plan.key)} is not unique: {first} "
+            "appears more than once. Add columns to the key so each output row has its own",
+            output=plan.name,
+        )

@@ -1,7 +1,8 @@
 """Recompute output partitions with the pipeline's SQL on Spark.
 
 The rows a recompute needs (:func:`txjoin.join.propagate.closure`, per
-alias of the SQL) become typed Arrow tables, registered as one Spark view
+alias of the SQL, Debezium values in Arrow) are converted column by column
+to the Spark views' types (:func:`to_spark`), registered as one Spark view
 per alias (:meth:`txjoin.join.plan.OutputPlan.view`); the translated SQL
 runs over them and the result comes back as Arrow for the Delta commit.
 
@@ -13,12 +14,14 @@ rounded (docs/types.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from txjoin.debezium.arrow import from_values, value_type
 from txjoin.debezium.values import arrow_type, from_debezium
 from txjoin.errors import ProtocolError, SchemaChangeError, UnsupportedQuery
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan
@@ -26,7 +29,7 @@ from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
-__all__ = ["NUMERIC_SCALE", "SparkEngine", "spark_arrow_type", "to_arrow"]
+__all__ = ["NUMERIC_SCALE", "SparkEngine", "spark_arrow_type", "spark_column", "to_arrow", "to_spark"]
 
 Row = dict[str, Any]
 
@@ -87,29 +90,69 @@ def _decimal(value: Any, t: pa.Decimal128Type, table: QualifiedName, column: str
     return Decimal((sign, tuple(ds), exponent))
 
 
-def _converter(col: ColumnType, t: pa.DataType, table: QualifiedName, column: str) -> Callable[[Any], Any]:
-    """Debezium JSON value -> the Python value Arrow builds ``t`` from."""
-    if col.is_array and pa.types.is_list(t):
-        elem = _converter(col.element, t.value_type, table, column)
-        return lambda v: None if v is None else [elem(x) for x in v]
-    if pa.types.is_decimal128(t):
-        return lambda v: None if v is None else _decimal(v, t, table, column)
-    if pa.types.is_string(t) and col.name == "time":
-        return lambda v: None if v is None else from_debezium(v, col).isoformat()
-    return lambda v: from_debezium(v, col)
+def _decimals(arr: pa.Array, t: pa.Decimal128Type, table: QualifiedName, column: str) -> pa.Array:
+    """Decimal text as ``t``, exactly; the per-value path names a value that does not fit."""
+    try:
+        return arr.cast(t)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # Arrow refuses what would round; say which value, or take the exact per-value result.
+        return pa.array([None if v is None else _decimal(v, t, table, column) for v in arr.to_pylist()], t)
+
+
+def _times(arr: pa.Array) -> pa.Array:
+    """Microseconds of the day as Spark's time text: 'HH:MM:SS[.ffffff]' (24:00:00 as 23:59:59.999999)."""
+    us = pc.min_element_wise(arr, pa.scalar(86_399_999_999, pa.int64()), skip_nulls=False)
+    text = us.cast(pa.time64("us")).cast(pa.string())
+    return pc.replace_substring_regex(text, pattern=r"\.000000$", replacement="")
+
+
+def spark_column(
+    arr: pa.Array | pa.ChunkedArray, col: ColumnType, table: QualifiedName, column: str
+) -> pa.Array:
+    """A column of Debezium values (:func:`txjoin.debezium.arrow.value_type`) as Spark's Arrow type."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    t = spark_arrow_type(col)
+    if col.is_array:
+        lists = arr.cast(pa.list_(arr.type.value_type))
+        values = spark_column(lists.values, col.element, table, column)
+        return pa.ListArray.from_arrays(lists.offsets, values, mask=lists.is_null())
+    name = col.name
+    if pa.types.is_decimal(t):
+        return _decimals(arr, t, table, column)
+    if name == "time":
+        return _times(arr)
+    if name == "bytea":
+        return pa.array([None if v is None else from_debezium(v, col) for v in arr.to_pylist()], t)
+    if name == "date":
+        return arr.cast(pa.date32())
+    if name == "timestamp":
+        return arr.cast(pa.timestamp("us"))
+    if name == "timestamptz":
+        try:
+            return arr.cast(pa.timestamp("us", tz="UTC"))
+        except pa.ArrowInvalid:
+            return pa.array([None if v is None else from_debezium(v, col) for v in arr.to_pylist()], t)
+    return arr if arr.type == t else arr.cast(t)
+
+
+def to_spark(rows: pa.Table, table: Table) -> pa.Table:
+    """Replica rows (Debezium values, :mod:`txjoin.join.replica`) in the types of the Spark views."""
+    types = table.types
+    return pa.Table.from_arrays(
+        [spark_column(rows.column(c), types[c], table.name, c) for c in rows.column_names],
+        names=rows.column_names,
+    )
 
 
 def to_arrow(rows: Sequence[Row], table: Table, used: set[str] | None = None) -> pa.Table:
-    """Replica rows (Debezium JSON values) as a typed Arrow table."""
+    """Replica rows as Python Debezium values, in the types of the Spark views."""
     arrays = []
     names = []
     for column in table.columns:
         name, col = column.name, column.type
         if used is not None and name not in used:
             continue
-        typ = spark_arrow_type(col)
-        convert = _converter(col, typ, table.name, name)
-        values = []
         for r in rows:
             if name not in r:
                 raise SchemaChangeError(
@@ -119,8 +162,7 @@ def to_arrow(rows: Sequence[Row], table: Table, used: set[str] | None = None) ->
                     table=str(table.name),
                     column=name,
                 )
-            values.append(convert(r[name]))
-        arrays.append(pa.array(values, type=typ))
+        arrays.append(spark_column(from_values([r[name] for r in rows], col), col, table.name, name))
         names.append(name)
     return pa.Table.from_arrays(arrays, names=names)
 
@@ -132,12 +174,16 @@ class SparkEngine:
         self.spark = spark
         self.tables = dict(tables)
 
-    def run(self, plan: OutputPlan, rows: Mapping[str, Sequence[Row]]) -> pa.Table:
-        """The SQL's result over ``rows`` (per alias of the SQL)."""
+    def run(self, plan: OutputPlan, rows: Mapping[str, pa.Table]) -> pa.Table:
+        """The SQL's result over ``rows`` (per alias of the SQL, Debezium values)."""
         for alias, info in plan.aliases.items():
             table = self.tables[info.name]
-            used = set(plan.used_columns.get(alias, ())) | set(table.primary_key)
-            arrow = to_arrow(rows.get(alias, []), table, used)
+            data = rows.get(alias)
+            if data is None:
+                used = set(plan.used_columns.get(alias, ())) | set(table.primary_key)
+                names = [c.name for c in table.columns if c.name in used]
+                data = pa.schema([(n, value_type(table.types[n])) for n in names]).empty_table()
+            arrow = to_spark(data, table)
             self.spark.createDataFrame(arrow).createOrReplaceTempView(plan.view(alias))
         try:
             result: pa.Table = self.spark.sql(plan.spark_sql).toArrow()

@@ -52,6 +52,10 @@ class Planned:
         """The sources an output reads."""
         return {self.tables[t].source for t in self.plans[output].tables}
 
+    def used_by_table(self) -> dict[QualifiedName, set[str]]:
+        """Per table, the columns some output's SQL reads."""
+        return {t: self.used_columns(t) for t in self.tables}
+
     def used_columns(self, table: QualifiedName) -> set[str]:
         """Columns of ``table`` some output's SQL reads."""
         if not self._used:
@@ -74,7 +78,8 @@ class Planned:
             pk = table.primary_key
             # A one-column primary key is the store's own key: no extra index.
             idx = indexed[t] - set(pk[:1]) if len(pk) == 1 else indexed[t]
-            out.append(TableSpec(t, pk, frozenset(idx), frozenset(arrays[t])))
+            columns = tuple((c.name, c.type) for c in table.columns)
+            out.append(TableSpec(t, pk, columns, frozenset(idx), frozenset(arrays[t])))
         return out
 
 

@@ -10,51 +10,28 @@ the rows as they were (their before-images: the old foreign keys of a moved
 row, deleted rows), and *after*, from the rows as they are. The union is
 exactly the set of partitions whose tuples may differ; filters in the SQL
 can only make it an over-approximation, which the recompute corrects.
+
+Rows and partitions travel as Arrow tables: a step looks up all the values
+a set of rows reaches in one query.
 """
 
 from __future__ import annotations
 
-import json
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from txjoin.join.changes import Touched
 from txjoin.join.plan import Edge, OutputPlan
-from txjoin.join.replica import Change, ReplicaStore, encode
-from txjoin.pg.names import QualifiedName
+from txjoin.join.replica import Partitions, ReplicaStore
 
-__all__ = ["ALL", "Touched", "affected_partitions", "closure", "path_to", "touched_keys"]
-
-Row = dict[str, Any]
-Partitions = set[str]  # encoded lists of anchor values
-
-#: Marker in :class:`Touched` for a table that was truncated: every row counts.
-ALL = object()
+__all__ = ["affected_partitions", "closure", "distinct", "path_to", "step"]
 
 
-class Touched:
-    """Primary keys a batch changes, per table (or every row, after a truncate)."""
-
-    def __init__(self) -> None:
-        self.keys: dict[QualifiedName, set[tuple[Any, ...]]] = {}
-        self.truncated: set[QualifiedName] = set()
-
-    def tables(self) -> set[QualifiedName]:
-        return set(self.keys) | self.truncated
-
-
-def touched_keys(changes: Iterable[Change], primary_keys: Mapping[QualifiedName, tuple[str, ...]]) -> Touched:
-    out = Touched()
-    for ch in changes:
-        if ch.op == "t":
-            out.truncated.add(ch.table)
-            continue
-        pk = primary_keys[ch.table]
-        keys = out.keys.setdefault(ch.table, set())
-        for img in (ch.before, ch.after):
-            if img is not None and all(c in img for c in pk):
-                keys.add(tuple(img[c] for c in pk))
-    return out
+def distinct(t: pa.Table) -> pa.Table:
+    """``t``'s distinct rows (NULLs compare equal, as GROUP BY does)."""
+    return t.group_by(t.column_names, use_threads=False).aggregate([]) if t.num_rows else t
 
 
 def path_to(plan: OutputPlan, start: str, goal: str) -> list[tuple[str, Edge, str]]:
@@ -81,27 +58,43 @@ def path_to(plan: OutputPlan, start: str, goal: str) -> list[tuple[str, Edge, st
     return list(reversed(steps))
 
 
-def step(plan: OutputPlan, store: ReplicaStore, rows: list[Row], cur: str, edge: Edge, nxt: str) -> list[Row]:
+def _unique(values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return pc.unique(values.drop_null())
+
+
+def step(
+    plan: OutputPlan, store: ReplicaStore, rows: pa.Table, cur: str, edge: Edge, nxt: str, select: list[str]
+) -> pa.Table:
     """Rows of alias ``nxt`` joined by ``edge`` to ``rows`` of alias ``cur``."""
-    if not rows:
-        return []
     table = plan.aliases[nxt].name
+    if rows.num_rows == 0:
+        return store.tables[table].schema(select).empty_table()
     if edge.kind == "eq":
         here, there = (edge.left_col, edge.right_col) if cur == edge.left else (edge.right_col, edge.left_col)
-        return store.by_column(table, there, {_hashable(r.get(here)) for r in rows})
+        return store.rows_by_column(table, there, _unique(rows.column(here)), select=select)
     # right.right_col = ANY(left.left_col)
     if cur == edge.left:  # from the array side to the scalar side
-        values = {_hashable(v) for r in rows for v in (r.get(edge.left_col) or [])}
-        return store.by_column(table, edge.right_col, values)
-    return store.by_element(table, edge.left_col, {_hashable(r.get(edge.right_col)) for r in rows})
+        elements = pc.list_flatten(rows.column(edge.left_col))
+        return store.rows_by_column(table, edge.right_col, _unique(elements), select=select)
+    return store.rows_by_element(table, edge.left_col, _unique(rows.column(edge.right_col)), select=select)
 
 
-def _hashable(v: Any) -> Any:
-    return encode(v) if isinstance(v, list | dict) else v
+def _columns(plan: OutputPlan, store: ReplicaStore, alias: str, extra: set[str]) -> list[str]:
+    """``alias``'s primary key, the columns its edges use, and ``extra``, in table order."""
+    spec = store.tables[plan.aliases[alias].name]
+    want = set(spec.primary_key) | extra
+    for e in plan.edges:
+        if e.left == alias:
+            want.add(e.left_col)
+        if e.right == alias:
+            want.add(e.right_col)
+    if alias == plan.anchor:
+        want |= set(plan.anchor_cols)
+    return [c for c, _ in spec.columns if c in want]
 
 
-def _partition(plan: OutputPlan, row: Row) -> str:
-    return encode([row.get(c) for c in plan.anchor_cols])
+def _empty_partitions(plan: OutputPlan, store: ReplicaStore) -> Partitions:
+    return store.tables[plan.aliases[plan.anchor].name].schema(plan.anchor_cols).empty_table()
 
 
 def affected_partitions(
@@ -114,64 +107,66 @@ def affected_partitions(
     """
     tables = {info.name for info in plan.aliases.values()}
     if not (touched.tables() & tables):
-        return set()
+        return _empty_partitions(plan, store) if plan.anchor else pa.table({})
     if plan.mode == "group" and not plan.anchor:
         return None
-    out: Partitions = set()
-    anchor_table = plan.aliases[plan.anchor].name
+    parts: list[pa.Table] = []
     for alias, info in plan.aliases.items():
         t = info.name
+        keys = touched.keys(t)
+        select = _columns(plan, store, alias, set())
         if t in touched.truncated:
             if old_state and alias == plan.anchor:
                 return None
             # Before: every row the truncate removed. After: rows inserted
             # after the truncate in the same batch.
-            rows = store.all_rows(t) if old_state else []
-            rows += store.by_keys(t, touched.keys.get(t, set()))
-        elif t in touched.keys:
-            rows = store.by_keys(t, touched.keys[t])
+            found = [store.all_rows(t, select=select)] if old_state else []
+            if keys is not None:
+                found.append(store.rows_by_keys(t, keys, select=select))
+            rows = pa.concat_tables(found) if found else store.tables[t].schema(select).empty_table()
+        elif keys is not None:
+            rows = store.rows_by_keys(t, keys, select=select)
         else:
             continue
         if alias == plan.anchor:
-            out |= {_partition(plan, r) for r in rows}
-            if plan.mode == "root":
+            parts.append(rows.select(list(plan.anchor_cols)))
+            if plan.mode == "root" and keys is not None:
                 # A deleted root row has no row any more, but its partition
                 # must be recomputed (to delete its output).
-                out |= {encode(list(k)) for k in touched.keys.get(anchor_table, set())}
+                parts.append(keys.select(list(plan.anchor_cols)))
             continue
         for cur, edge, nxt in path_to(plan, alias, plan.anchor):
-            rows = step(plan, store, rows, cur, edge, nxt)
-            if not rows:
+            rows = step(plan, store, rows, cur, edge, nxt, _columns(plan, store, nxt, set()))
+            if rows.num_rows == 0:
                 break
         else:
-            out |= {_partition(plan, r) for r in rows}
-    return out
+            parts.append(rows.select(list(plan.anchor_cols)))
+    if not parts:
+        return _empty_partitions(plan, store)
+    schema = _empty_partitions(plan, store).schema
+    return distinct(pa.concat_tables([p.cast(schema) for p in parts]))
 
 
-def closure(plan: OutputPlan, store: ReplicaStore, partitions: Partitions | None) -> dict[str, list[Row]]:
+def closure(plan: OutputPlan, store: ReplicaStore, partitions: Partitions | None) -> dict[str, pa.Table]:
     """Every row the SQL needs to compute ``partitions`` (None: all of them), per alias.
 
     Rows are per alias, not per table: in a self-join, rows fetched for one
-    alias must not act as rows of the other.
+    alias must not act as rows of the other. Each alias gets its primary key
+    and the columns the SQL reads.
     """
+
+    def select(alias: str) -> list[str]:
+        return _columns(plan, store, alias, set(plan.used_columns.get(alias, ())))
+
     if partitions is None or not plan.anchor:  # every partition, or the one global group
-        return {alias: store.all_rows(info.name) for alias, info in plan.aliases.items()}
+        return {
+            alias: store.all_rows(info.name, select=select(alias)) for alias, info in plan.aliases.items()
+        }
     anchor = plan.anchor
-    table = plan.aliases[anchor].name
-    values = [tuple(_decode(p)) for p in partitions]
-    if plan.mode == "root":
-        rows = store.by_keys(table, values)
-    elif len(plan.anchor_cols) == 1:
-        # A group's value may be NULL: GROUP BY keeps a NULL group.
-        rows = store.by_column(table, plan.anchor_cols[0], {v[0] for v in values}, include_null=True)
-    else:
-        wanted = {encode(list(v)) for v in values}
-        rows = [
-            r
-            for r in store.by_column(table, plan.anchor_cols[0], {v[0] for v in values}, include_null=True)
-            if _partition(plan, r) in wanted
-        ]
-    by_alias: dict[str, list[Row]] = {anchor: rows}
+    rows = store.rows_by_tuples(
+        plan.aliases[anchor].name, plan.anchor_cols, partitions, select=select(anchor)
+    )
+    by_alias: dict[str, pa.Table] = {anchor: rows}
     todo = deque([anchor])
     while todo:
         cur = todo.popleft()
@@ -181,13 +176,8 @@ def closure(plan: OutputPlan, store: ReplicaStore, partitions: Partitions | None
             nxt = e.other(cur)
             if nxt in by_alias:
                 continue
-            by_alias[nxt] = step(plan, store, by_alias[cur], cur, e, nxt)
+            by_alias[nxt] = step(plan, store, by_alias[cur], cur, e, nxt, select(nxt))
             todo.append(nxt)
-    for alias in plan.aliases:
-        by_alias.setdefault(alias, [])
+    for alias, info in plan.aliases.items():
+        by_alias.setdefault(alias, store.tables[info.name].schema(select(alias)).empty_table())
     return by_alias
-
-
-def _decode(p: str) -> list[Any]:
-    v: list[Any] = json.loads(p)
-    return v

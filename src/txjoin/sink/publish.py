@@ -20,13 +20,14 @@ from txjoin.errors import ChangelogError
 from txjoin.faults import crash_point
 from txjoin.join.batch import Applied, BatchStats, Recomputed
 from txjoin.join.planned import Planned
+from txjoin.join.replica import Partitions
 from txjoin.sink.delta import DeltaStore
 from txjoin.spec import PipelineSpec
 
 __all__ = ["Publisher", "Recompute"]
 
 #: ``recompute(output, partitions or None for all, stats)``: the join stage's recompute.
-Recompute = Callable[[str, list[list[Any]] | None, BatchStats], Recomputed]
+Recompute = Callable[[str, Partitions | None, BatchStats], Recomputed]
 
 
 class Publisher:
@@ -94,7 +95,7 @@ class Publisher:
             stats.commits[name] = version
             self._published[name] = (cut, now)
             crash_point("after-output-commit")
-            stats.partitions[name] = -1 if parts is None else len(parts)
+            stats.partitions[name] = -1 if parts is None else parts.num_rows
         self._advance_idle(batch_id, applied, stats, now)
 
     def _advance_idle(self, batch_id: int, applied: Applied, stats: BatchStats, now: float) -> None:
