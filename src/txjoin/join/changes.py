@@ -14,13 +14,14 @@ pyarrow's JSON reader (vectorized, one call per table), falling back to one
 
 from __future__ import annotations
 
+import atexit
 import io
-import json
-import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import duckdb
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -194,26 +195,58 @@ def _changes_slow(table: QualifiedName, rows: pd.DataFrame) -> list[Change]:
     return out
 
 
+_duck_lock = threading.Lock()
+_duck_con: list[duckdb.DuckDBPyConnection] = []
+
+
+def _duck() -> duckdb.DuckDBPyConnection:
+    """A private in-memory DuckDB for JSON work, shared (use under ``_duck_lock``).
+
+    Closed at exit: a connection still held by Spark's callback thread then
+    would make DuckDB's bindings report it as leaked.
+    """
+    if not _duck_con:
+        _duck_con.append(duckdb.connect())
+        atexit.register(_duck_con[0].close)
+    return _duck_con[0]
+
+
+_AFTER = "coalesce(json_keys(v, '$.after'), json_keys(v, '$.payload.after'))"
+_HAS_AFTER = "coalesce(json_type(v, '$.after'), json_type(v, '$.payload.after')) = 'OBJECT'"
+
+
 def _check_columns(spec: TableSpec, used: set[str], rows: pd.DataFrame) -> None:
-    """Refuse records lacking a column an output reads (dropped or renamed at the source)."""
+    """Refuse records whose after image lacks a column an output reads (dropped or renamed at the source)."""
     if not len(rows) or not used:
         return
-    values = pa.array(rows["value"].tolist(), pa.string())
-    has_after = pc.invert(pc.match_substring_regex(values, r'"after"\s*:\s*null'))
-    for col in sorted(used):
-        key = re.escape(json.dumps(col, ensure_ascii=False)) + r"\s*:"
-        lacking = pc.and_(has_after, pc.invert(pc.match_substring_regex(values, key)))
-        if pc.any(lacking).as_py():
-            i = pc.indices_nonzero(lacking)[0].as_py()
-            xid = int(rows["xid"].iloc[i])
-            raise SchemaChangeError(
-                f"transaction {xid} changes {spec.name} without column(s) ['{col}'], which an output "
-                "reads: the column was dropped or renamed at the source. Nothing after the last good "
-                "transaction was committed; restore the column or start a new pipeline",
-                table=str(spec.name),
-                xid=xid,
-                columns=[col],
+    records = pa.table({"v": pa.array(rows["value"].tolist(), pa.string())})
+    with _duck_lock:
+        con = _duck()
+        con.register("_records", records)
+        try:
+            rel = con.sql(
+                "SELECT i FROM (SELECT row_number() OVER () - 1 AS i, v FROM _records) "  # noqa: S608
+                f"WHERE {_HAS_AFTER} AND NOT list_has_all({_AFTER}, $used) LIMIT 1",
+                params={"used": sorted(used)},
             )
+            assert rel is not None
+            bad = rel.fetchall()
+        finally:
+            con.unregister("_records")
+    if not bad:
+        return
+    i = int(bad[0][0])
+    record = parse_record(rows["value"].iloc[i])
+    missing = sorted(used - set(record.get("after") or {}))
+    xid = int(rows["xid"].iloc[i])
+    raise SchemaChangeError(
+        f"transaction {xid} changes {spec.name} without column(s) {missing}, which an output "
+        "reads: the column was dropped or renamed at the source. Nothing after the last good "
+        "transaction was committed; restore the column or start a new pipeline",
+        table=str(spec.name),
+        xid=xid,
+        columns=missing,
+    )
 
 
 def parse_released(

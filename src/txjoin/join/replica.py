@@ -166,8 +166,8 @@ class ReplicaStore:
 
     # -- metadata and batches --------------------------------------------------
     def meta(self, key: str, default: Any = None) -> Any:
-        row = self.db.execute("SELECT v FROM _meta WHERE k = ?", [key]).fetchone()
-        return default if row is None else json.loads(row[0])
+        rows = self.db.execute("SELECT v FROM _meta WHERE k = ?", [key]).fetchall()
+        return default if not rows else json.loads(rows[0][0])
 
     def set_meta(self, key: str, value: Any) -> None:
         """Set a metadata value (inside the batch's transaction: between begin() and commit())."""
@@ -313,8 +313,8 @@ class ReplicaStore:
 
     def count(self, table: QualifiedName) -> int:
         spec = self._spec(table)
-        row = self.db.execute(f"SELECT count(*) FROM {spec.sql_name} WHERE NOT _del").fetchone()
-        return int(row[0]) if row else 0
+        rows = self.db.execute(f"SELECT count(*) FROM {spec.sql_name} WHERE NOT _del").fetchall()
+        return int(rows[0][0])
 
     # -- applying a batch ------------------------------------------------------------
     def load_parquet(self, table: QualifiedName, files: Sequence[str | Path], lsn: int) -> int:
