@@ -47,7 +47,7 @@ EVENT_COLUMNS: dict[str, str] = {
     # so no list columns cross into Python): its table and count, else null/-1.
     "dc_table": "object",
     "dc_count": "int64",
-    "value": "object",  # change: the whole record's JSON text (bad rows: its start)
+    "value": "object",  # change: the whole record's JSON text; END: snapshot manifest; bad rows: its start
 }
 
 #: A record's path: its topic directory, then its segment's first and last offsets.
@@ -107,6 +107,7 @@ def _envelope_schema() -> Any:
         T.StructField("id", T.StringType()),
         T.StructField("event_count", T.LongType()),
         T.StructField("data_collections", T.StringType()),
+        T.StructField("snapshot_manifest", T.StringType()),
     ]
     inner = T.StructType(fields)
     outer = T.StructType([*fields, T.StructField("payload", inner), T.StructField("schema", T.StringType())])
@@ -231,9 +232,10 @@ def decode(raw: Any) -> Any:
         "dc_count": long_or(F.col("dc.event_count")),
         # The whole record for changes (the join stage reads before/after from
         # it); a bad row carries the start of the offending record for the error.
-        "value": F.when(F.col("kind") == "bad", F.substring(F.col("value"), 1, 200)).when(
-            is_change, F.col("value")
-        ),
+        # A columnar snapshot's END: the path of its manifest.
+        "value": F.when(F.col("kind") == "bad", F.substring(F.col("value"), 1, 200))
+        .when(is_change, F.col("value"))
+        .when(F.col("kind") == "end", F.col("e.snapshot_manifest")),
     }
     assert list(cols)[1:] == list(EVENT_COLUMNS), "decode must produce assembly's columns in order"
     return out.select(*[c.alias(name) for name, c in cols.items()])

@@ -157,7 +157,7 @@ class Pipeline:
             rows = df.toPandas() if not isinstance(df, pd.DataFrame) else df
             stats = BatchStats(batch_id)
             applied = self.join.apply(rows, batch_id, stats, table_exists=self.sink.table_exists)
-            self.sink.publish(batch_id, applied, self.join.recompute, stats)
+            self.sink.publish(batch_id, applied, self.join, stats)
             self.progress = dict(applied.cuts)
             stats.seconds = time.monotonic() - started
             self.history.append(stats)

@@ -65,6 +65,8 @@ def spark_session(
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.sql.session.timeZone": "UTC",
+        # Full recomputes write Parquet that Delta readers take as is: microsecond timestamps.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Capture trims old heartbeat segments; a listed-then-deleted one is harmless.
         "spark.sql.files.ignoreMissingFiles": "true",
         # PostgreSQL json_build_object keeps null fields; so must to_json.

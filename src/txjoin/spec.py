@@ -89,6 +89,9 @@ class Options:
     compact_after_files: int = 32
     #: Spark local cores.
     spark_cores: int = 2
+    #: Recomputing every partition of an output over at least this many replica rows runs as one
+    #: Spark job over Parquet exports (writing the output's files in parallel), not through the driver.
+    distributed_rows: int = 100_000
 
 
 @dataclass(frozen=True)

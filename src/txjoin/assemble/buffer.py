@@ -47,6 +47,7 @@ from txjoin.errors import (
 )
 
 __all__ = [
+    "LOAD",
     "OUTPUT_COLUMNS",
     "AssemblerConfig",
     "AssemblyState",
@@ -55,6 +56,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: ``op`` of a released row that names a columnar snapshot's manifest (in ``value``).
+LOAD = "L"
 
 #: Columns of released rows, in order.
 OUTPUT_COLUMNS: dict[str, str] = {
@@ -72,12 +76,19 @@ OUTPUT_COLUMNS: dict[str, str] = {
 }
 
 _BUFFER = {c: EVENT_COLUMNS[c] for c in ("xid", "lsn", "total_order", "op", "snapshot", "table", "value")}
-_MARKERS = {"xid": "int64", "end_lsn": "int64", "ts_ms": "int64", "event_count": "int64"}
+_MARKERS = {
+    "xid": "int64",
+    "end_lsn": "int64",
+    "ts_ms": "int64",
+    "event_count": "int64",
+    "manifest": "object",
+}
 _COUNTS = {"xid": "int64", "end_lsn": "int64", "table": "object", "n": "int64"}
 _HELD = {
     **{c: "int64" for c in ("seg_first", "seg_last", "xid", "lsn", "ts_ms", "event_count", "dc_count")},
     "kind": "object",
     "dc_table": "object",
+    "value": "object",
 }
 
 
@@ -190,7 +201,11 @@ class AssemblyState:
             first_seen={int(k): float(v) for k, v in m["first_seen"].items()},
             reported={int(k): float(v) for k, v in m["reported"].items()},
         )
+        schemas = {"markers": _MARKERS, "counts": _COUNTS, "held": _HELD, "events": _BUFFER}
         for name, df in _frames_from_bytes(blob or b"").items():
+            for col, dtype in schemas[name].items():  # state written by an earlier version
+                if col not in df.columns:
+                    df[col] = pd.Series([None] * len(df), dtype=dtype) if dtype == "object" else -1
             setattr(st, name, df)
         return st
 
@@ -274,6 +289,7 @@ def _accept_markers(state: AssemblyState, marks: pd.DataFrame, cfg: AssemblerCon
             "end_lsn": ends["lsn"],
             "ts_ms": ends["ts_ms"],
             "event_count": ends["event_count"],
+            "manifest": ends["value"],
         }
     )
     both = markers if state.markers.empty else pd.concat([state.markers, markers], ignore_index=True)
@@ -407,6 +423,26 @@ def assemble(
             for start in range(0, len(out), cfg.chunk_rows):
                 frames.append(out.iloc[start : start + cfg.chunk_rows])
             report.released_events = len(out)
+        loads = rel.loc[rel["manifest"].notna()]
+        if not loads.empty:
+            # A columnar snapshot: one row naming its manifest; the join stage loads it in bulk.
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "source": state.source,
+                        "tx_seq": loads["tx_seq"],
+                        "xid": loads["xid"],
+                        "commit_lsn": loads["end_lsn"],
+                        "commit_ts_ms": loads["ts_ms"],
+                        "total_order": 0,
+                        "lsn": loads["end_lsn"],
+                        "op": LOAD,
+                        "table": "",
+                        "value": loads["manifest"],
+                        "tx_events": 0,
+                    }
+                ).astype(OUTPUT_COLUMNS)
+            )
         state.released += k
         state.last_end = int(rel["end_lsn"].iloc[-1])
         state.last_xid = int(rel["xid"].iloc[-1])

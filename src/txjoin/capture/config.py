@@ -37,8 +37,12 @@ class CaptureConfig:
     roll_interval: float = 0.2
     #: Seconds between heartbeat records on an idle source.
     heartbeat_interval: float = 1.0
-    #: Take an initial snapshot (op 'r') when the slot is created.
+    #: Take an initial snapshot (Parquet beside the topics) when the slot is created.
     snapshot: bool = True
+    #: Connections reading the snapshot in parallel (each imports the slot's exported snapshot).
+    snapshot_workers: int = 2
+    #: Heap megabytes per snapshot chunk: a worker holds about two chunks in memory.
+    snapshot_chunk_mb: int = 64
     #: Give up reconnecting after this many seconds without a connection.
     reconnect_timeout: float = 300.0
     #: Set REPLICA IDENTITY FULL on the captured tables before starting.

@@ -1,58 +1,134 @@
-"""The initial snapshot: every captured row as of the slot's consistent point.
+"""The initial snapshot: every captured row as of the slot's consistent point, as Parquet.
 
-Rows are read on an ordinary connection that imports the slot's exported
+Rows are read on ordinary connections that import the slot's exported
 snapshot (``SET TRANSACTION SNAPSHOT``), so they are exactly the changes
 before the consistent point, and the slot streams everything after it: no row
-is missed or seen twice at the hand-off. Values are fetched as the types'
-text output (the same text pgoutput sends) and converted by the same code.
+is missed or seen twice at the hand-off.
 
-The rows form one *snapshot unit*: op 'r' events framed by BEGIN/END on the
-transaction topic, with id ``<snapshot xid>:<consistent point>`` and per-table
-counts, so downstream assembly treats it as the first transaction.
+Built for size: each table is split into ranges of heap blocks (a TID range
+scan per chunk), and ``snapshot_workers`` connections each take chunks from a
+queue and read them with ``COPY ... TO STDOUT (FORMAT csv)``. The text is
+parsed by Arrow and converted to Debezium values column by column
+(:func:`txjoin.debezium.arrow.from_text`, the same values pgoutput's text
+gives), then written as Parquet beside the topics
+(:mod:`txjoin.changelog.snapshots`). Memory per worker is about two chunks.
+
+The snapshot is one unit on the transaction topic: BEGIN, then END with id
+``<snapshot xid>:<consistent point>``, no events in the topics, and the
+manifest's path in ``snapshot_manifest``; downstream it is the first
+transaction, loaded in bulk.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-import psycopg2.extensions as ext
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from txjoin.capture.config import CaptureConfig
 from txjoin.capture.tables import CapturedTable
 from txjoin.capture.writer import ChangelogWriter
 from txjoin.debezium import envelope
+from txjoin.debezium.arrow import from_text, value_type
 from txjoin.debezium.lsn import format_lsn
-from txjoin.pg.catalog import describe
+from txjoin.pg.catalog import Table, describe
 from txjoin.pg.connect import connect, describe_dsn
-from txjoin.pg.names import quote_ident
+from txjoin.pg.names import QualifiedName, quote_ident
 
-__all__ = ["take_snapshot"]
+__all__ = ["Progress", "copy_rows", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 
-_FETCH = 10_000
+_BLOCK = 8192  # PostgreSQL's page size unless built otherwise (read from the server below)
 
 
-def _raw_text(cur: Any) -> None:
-    """Make psycopg2 return every value the cursor fetches as the server's text output."""
-    oids = tuple(ext.string_types.keys())
-    raw = ext.new_type(oids, "TXJOIN_RAW", lambda value, cur: value)
-    ext.register_type(raw, cur)
+@dataclass(frozen=True)
+class _Chunk:
+    table: QualifiedName
+    part: int
+    lo: int | None  # first heap block, or None for the whole table
+    hi: int | None  # first block past the chunk (None: to the end)
 
 
-def _flag(first_all: bool, last_all: bool, first_tab: bool, last_tab: bool) -> str:
-    if first_all:
-        return "first"
-    if last_all:
-        return "last"
-    if first_tab:
-        return "first_in_data_collection"
-    if last_tab:
-        return "last_in_data_collection"
-    return "true"
+@dataclass
+class Progress:
+    """Rows of the snapshot per table, for progress displays (read while it runs)."""
+
+    estimated: dict[str, int]
+    read: dict[str, int]
+    started: float
+
+
+def _plan(
+    conn: Any, tables: dict[QualifiedName, Table], chunk_bytes: int
+) -> tuple[list[_Chunk], dict[str, int]]:
+    """Chunks of every table, and each table's estimated row count."""
+    chunks: list[_Chunk] = []
+    estimate: dict[str, int] = {}
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_setting('block_size')::int")
+        block = int(cur.fetchone()[0]) or _BLOCK
+        for name, table in tables.items():
+            cur.execute(
+                "SELECT pg_relation_size(oid), GREATEST(reltuples, 0)::bigint FROM pg_class WHERE oid = %s",
+                (table.oid,),
+            )
+            size, tuples = cur.fetchone()
+            estimate[str(name)] = int(tuples)
+            blocks = int(size) // block
+            per = max(1, chunk_bytes // block)
+            if table.kind != "r" or blocks <= per:
+                chunks.append(_Chunk(name, 0, None, None))
+                continue
+            starts = list(range(0, blocks, per))
+            for i, lo in enumerate(starts):
+                chunks.append(_Chunk(name, i, lo, None if i == len(starts) - 1 else lo + per))
+    return chunks, estimate
+
+
+def _sql(table: Table, chunk: _Chunk) -> str:
+    cols = ", ".join(quote_ident(c.name) for c in table.columns)
+    if chunk.lo is None:
+        # Identifiers are quoted; nothing else reaches the statement.
+        return f"SELECT {cols} FROM {table.name.quoted}"  # noqa: S608
+    where = f"ctid >= '({chunk.lo},0)'::tid"
+    if chunk.hi is not None:
+        where += f" AND ctid < '({chunk.hi},0)'::tid"
+    return f"SELECT {cols} FROM ONLY {table.name.quoted} WHERE {where}"  # noqa: S608
+
+
+def copy_rows(cur: Any, table: Table, query: str) -> pa.Table:
+    """``query``'s rows (``table``'s columns, in order) as Debezium-valued Arrow columns, via COPY."""
+    buf = io.BytesIO()
+    cur.copy_expert(f"COPY ({query}) TO STDOUT WITH (FORMAT csv)", buf)
+    names = [c.name for c in table.columns]
+    if buf.tell() == 0:
+        return pa.schema([(c.name, value_type(c.type)) for c in table.columns]).empty_table()
+    buf.seek(0)
+    text = pacsv.read_csv(
+        buf,
+        read_options=pacsv.ReadOptions(
+            column_names=[f"c{i}" for i in range(len(names))], block_size=16 << 20
+        ),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True, double_quote=True, escape_char=False),
+        convert_options=pacsv.ConvertOptions(
+            column_types={f"c{i}": pa.string() for i in range(len(names))},
+            strings_can_be_null=True,
+            null_values=[""],
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    arrays = [from_text(text.column(i), c.type) for i, c in enumerate(table.columns)]
+    return pa.Table.from_arrays(arrays, names=names)
 
 
 def take_snapshot(
@@ -62,12 +138,15 @@ def take_snapshot(
     snapshot_name: str,
     consistent_lsn: int,
     on_rows: Callable[[int], None] = lambda n: None,
+    progress: Progress | None = None,
 ) -> None:
-    """Write the snapshot unit of ``cfg``'s tables through ``writer``, flushed at the end.
+    """Write the snapshot of ``cfg``'s tables through ``writer``; flushed at the end.
 
-    ``on_rows(n)`` is called after each table with its row count (progress).
+    ``on_rows(n)`` is called after each chunk with its row count; ``progress``,
+    if given, is filled as the snapshot runs.
     """
     started = time.monotonic()
+    where = describe_dsn(cfg.dsn)
     conn = connect(cfg.dsn)
     try:
         conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
@@ -79,81 +158,105 @@ def take_snapshot(
             xid_text, ts_text = cur.fetchone()
         xid, ts_us = int(xid_text), int(ts_text)
         # The catalog as of the snapshot: the columns the rows below have.
-        tables = describe(conn, cfg.tables, source=cfg.prefix, where=describe_dsn(cfg.dsn))
-        writer.append(cfg.transaction_topic, envelope.dumps(envelope.begin_event(xid, consistent_lsn, ts_us)))
-        counts: dict[str, int] = {}
-        total = 0
-        # Hold one row back so the last row of a table (and of the unit) gets
-        # Debezium's 'last...' snapshot marker.
-        held: tuple[CapturedTable, dict[str, Any], bool, int] | None = None  # rel, row, first_in_table, dco
-
-        def emit(
-            rel: CapturedTable,
-            row: dict[str, Any],
-            first_tab: bool,
-            last_tab: bool,
-            last_all: bool,
-            dco: int,
-        ) -> None:
-            nonlocal total
-            total += 1
-            value = envelope.change_event(
-                source,
-                schema=rel.name.schema,
-                table=rel.name.table,
-                op=envelope.Op.READ,
-                before=None,
-                after=row,
-                xid=xid,
-                lsn=consistent_lsn,
-                prev_commit_lsn=None,
-                commit_ts_us=ts_us,
-                snapshot=_flag(total == 1, last_all, first_tab, last_tab),
-                total_order=total,
-                data_collection_order=dco,
-            )
-            writer.append(rel.topic, envelope.dumps(value))
-            if writer.pending_bytes() >= cfg.roll_bytes:
-                writer.flush()
-
-        for table in cfg.tables:
-            t = tables[table]
-            names = list(t.column_names)
-            keys = [i for i, n in enumerate(names) if n in t.primary_key]
-            rel = CapturedTable(0, table, cfg.topic(table), [c.type for c in t.columns], names, keys, keys)
-            rel.record_schema(writer, consistent_lsn)
-            # Identifiers are quoted; nothing else reaches the statement.
-            sql = f"SELECT {', '.join(quote_ident(n) for n in names)} FROM {table.quoted}"  # noqa: S608
-            dco = 0
-            with conn.cursor(name=f"txjoin_snapshot_{len(counts)}") as cur:
-                _raw_text(cur)
-                cur.itersize = _FETCH
-                cur.execute(sql)
-                for values in cur:
-                    if held is not None:
-                        h_rel, h_row, h_first, h_dco = held
-                        emit(h_rel, h_row, h_first, h_rel is not rel, False, h_dco)
-                    dco += 1
-                    held = (rel, rel.row(values), dco == 1, dco)
-            counts[cfg.topic(table)] = dco
-            on_rows(dco)
-        if held is not None:
-            h_rel, h_row, h_first, h_dco = held
-            emit(h_rel, h_row, h_first, True, True, h_dco)
-        conn.rollback()
+        tables = describe(conn, cfg.tables, source=cfg.prefix, where=where)
+        chunks, estimate = _plan(conn, tables, cfg.snapshot_chunk_mb << 20)
     finally:
         conn.close()
-    collections = [(topic.split(".", 1)[1], n) for topic, n in counts.items() if n]
-    writer.append(
-        cfg.transaction_topic,
-        envelope.dumps(envelope.end_event(xid, consistent_lsn, ts_us, collections)),
-    )
+    snapshot = f"{xid}-{consistent_lsn}"
+    prog = progress if progress is not None else Progress({}, {}, started)
+    prog.estimated.update(estimate)
+    prog.read.update({str(t): 0 for t in tables})
+    files = _read_all(cfg, writer, tables, chunks, snapshot_name, snapshot, prog, on_rows)
+    for name, table in tables.items():
+        names = list(table.column_names)
+        keys = [i for i, n in enumerate(names) if n in table.primary_key]
+        rel = CapturedTable(
+            table.oid, name, cfg.topic(name), [c.type for c in table.columns], names, keys, keys
+        )
+        rel.record_schema(writer, consistent_lsn)
+    manifest = {
+        "source": cfg.prefix,
+        "xid": xid,
+        "lsn": consistent_lsn,
+        "ts_us": ts_us,
+        "tables": {
+            str(t): {"topic": cfg.topic(t), "rows": prog.read[str(t)], "files": sorted(files.get(t, []))}
+            for t in tables
+        },
+    }
+    ref = writer.publish_snapshot(snapshot, manifest)
+    writer.append(cfg.transaction_topic, envelope.dumps(envelope.begin_event(xid, consistent_lsn, ts_us)))
+    end = envelope.end_event(xid, consistent_lsn, ts_us, [], snapshot_manifest=ref)
+    writer.append(cfg.transaction_topic, envelope.dumps(end))
     writer.flush()
+    total = sum(prog.read.values())
+    seconds = time.monotonic() - started
     log.info(
-        "snapshot of %d tables: %d rows in %.1f s (xid %d, consistent point %s)",
-        len(cfg.tables),
+        "snapshot of %d tables: %d rows in %.1f s (%.0f rows/s; xid %d, consistent point %s)",
+        len(tables),
         total,
-        time.monotonic() - started,
+        seconds,
+        total / seconds if seconds else 0.0,
         xid,
         format_lsn(consistent_lsn),
     )
+
+
+def _read_all(
+    cfg: CaptureConfig,
+    writer: ChangelogWriter,
+    tables: dict[QualifiedName, Table],
+    chunks: list[_Chunk],
+    snapshot_name: str,
+    snapshot: str,
+    progress: Progress,
+    on_rows: Callable[[int], None],
+) -> dict[QualifiedName, list[str]]:
+    """Read every chunk on ``cfg.snapshot_workers`` connections; the Parquet files written per table."""
+    todo: queue.Queue[_Chunk] = queue.Queue()
+    for c in chunks:
+        todo.put(c)
+    files: dict[QualifiedName, list[str]] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        try:
+            conn = connect(cfg.dsn)
+        except BaseException as e:
+            errors.append(e)
+            return
+        try:
+            conn.set_client_encoding("UTF8")
+            conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
+            with conn.cursor() as cur:
+                cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
+                while not errors:
+                    try:
+                        chunk = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    table = tables[chunk.table]
+                    rows = copy_rows(cur, table, _sql(table, chunk))
+                    path = writer.snapshot_file(snapshot, cfg.topic(chunk.table), chunk.part)
+                    pq.write_table(rows, path, row_group_size=128 * 1024)
+                    with lock:
+                        files.setdefault(chunk.table, []).append(f"{path.parent.name}/{path.name}")
+                        progress.read[str(chunk.table)] += rows.num_rows
+                    on_rows(rows.num_rows)
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            conn.close()
+
+    threads = [
+        threading.Thread(target=work, name=f"snapshot-{i}", daemon=True)
+        for i in range(max(1, min(cfg.snapshot_workers, len(chunks))))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return files

@@ -42,7 +42,7 @@ from txjoin.capture.pgoutput import (
     Update,
     decode,
 )
-from txjoin.capture.snapshot import take_snapshot
+from txjoin.capture.snapshot import Progress, take_snapshot
 from txjoin.capture.tables import CapturedTable
 from txjoin.capture.writer import ChangelogWriter
 from txjoin.debezium import envelope
@@ -132,6 +132,8 @@ class Capture:
         self._cursor: Any = None
         #: Set once the replication stream has started (after any snapshot).
         self.streaming = threading.Event()
+        #: Rows of the initial snapshot per table, while it runs (progress displays).
+        self.snapshot_progress = Progress({}, {}, time.monotonic())
         self._conn: Any = None
 
     # ------------------------------------------------------------------ set-up
@@ -223,7 +225,15 @@ class Capture:
             log.info("created slot %s on %s at %s", self.config.slot, self.where, consistent_point)
             if self.config.snapshot:
                 # The exported snapshot lives until the next command on `repl`.
-                take_snapshot(self.config, self.writer, self.source, snapshot_name, lsn, self._snapshot_rows)
+                take_snapshot(
+                    self.config,
+                    self.writer,
+                    self.source,
+                    snapshot_name,
+                    lsn,
+                    self._snapshot_rows,
+                    self.snapshot_progress,
+                )
             self._durable_end = self._last_commit_end = lsn
         finally:
             repl.close()

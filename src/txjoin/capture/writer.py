@@ -1,8 +1,9 @@
 """What capture writes through: its port to the changelog.
 
 Capture only appends and flushes records, reads back its own last records
-when it restarts, records a table's columns when they change, and trims its
-heartbeat topic. :class:`txjoin.changelog.SegmentChangelog` implements this on
+when it restarts, records a table's columns when they change, writes the
+initial snapshot as Parquet files beside the topics, and trims its heartbeat
+topic. :class:`txjoin.changelog.SegmentChangelog` implements this on
 a local directory; a Kafka producer could implement it too. Whoever starts
 capture chooses the writer (:func:`txjoin.runner.open_capture`).
 """
@@ -10,7 +11,8 @@ capture chooses the writer (:func:`txjoin.runner.open_capture`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from txjoin.pg.catalog import Column
 
@@ -55,6 +57,14 @@ class ChangelogWriter(Protocol):
         primary_key: Sequence[str],
     ) -> None:
         """Keep ``topic``'s columns (as of ``lsn``) beside the changelog, when they changed."""
+        ...
+
+    def snapshot_file(self, snapshot: str, topic: str, part: int) -> Path:
+        """Where capture writes part ``part`` (Parquet) of ``topic``'s rows in snapshot ``snapshot``."""
+        ...
+
+    def publish_snapshot(self, snapshot: str, manifest: dict[str, Any]) -> str:
+        """Durably record a finished snapshot's manifest; return the reference its END marker carries."""
         ...
 
     def trim(self, topic: str, keep: int) -> None:

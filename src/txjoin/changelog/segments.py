@@ -32,7 +32,9 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from txjoin.changelog import snapshots
 from txjoin.changelog.schemas import SchemaLog
 from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, TRANSACTION_SUFFIX
 from txjoin.errors import ChangelogError, ConfigError
@@ -429,6 +431,20 @@ class SegmentChangelog:
         self._schemas.record(
             topic, lsn=lsn, relation_oid=relation_oid, columns=list(columns), primary_key=primary_key
         )
+
+    def snapshot_file(self, snapshot: str, topic: str, part: int) -> Path:
+        """Where part ``part`` of ``topic``'s rows in ``snapshot`` goes (:mod:`.snapshots`)."""
+        if not self._owns(topic):
+            raise ChangelogError(
+                f"this writer of {self.root} owns the topics of source {self.source!r}, not {topic}",
+                path=str(self.root),
+                topic=topic,
+            )
+        return snapshots.part_path(self.root, topic.split(".", 1)[0], snapshot, topic, part)
+
+    def publish_snapshot(self, snapshot: str, manifest: dict[str, Any]) -> str:
+        """Durably write ``snapshot``'s manifest (after its files); return its path in the changelog."""
+        return snapshots.publish(self.root, str(manifest["source"]), snapshot, manifest)
 
     def close(self) -> None:
         """Release the directory; records not flushed are discarded."""

@@ -119,16 +119,27 @@ def begin_event(xid: int, lsn: int, commit_ts_us: int) -> dict[str, Any]:
 
 
 def end_event(
-    xid: int, end_lsn: int, commit_ts_us: int, collections: Sequence[tuple[str, int]]
+    xid: int,
+    end_lsn: int,
+    commit_ts_us: int,
+    collections: Sequence[tuple[str, int]],
+    snapshot_manifest: str | None = None,
 ) -> dict[str, Any]:
-    """END marker; ``collections`` are ("schema.table", events) in first-seen order."""
-    return {
+    """END marker; ``collections`` are ("schema.table", events) in first-seen order.
+
+    A columnar snapshot's END carries no events but ``snapshot_manifest``: the
+    path of its manifest in the changelog (:mod:`txjoin.changelog.snapshots`).
+    """
+    out: dict[str, Any] = {
         "status": "END",
         "id": f"{xid}:{end_lsn}",
         "ts_ms": commit_ts_us // 1000,
         "event_count": sum(n for _, n in collections),
         "data_collections": [{"data_collection": c, "event_count": n} for c, n in collections],
     }
+    if snapshot_manifest is not None:
+        out["snapshot_manifest"] = snapshot_manifest
+    return out
 
 
 def heartbeat_event(ts_ms: int) -> dict[str, Any]:

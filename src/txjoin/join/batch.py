@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -27,16 +28,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from txjoin.assemble.buffer import LOAD
+from txjoin.changelog.snapshots import read_manifest
 from txjoin.cut import Cut
 from txjoin.errors import ChangelogError, TxJoinError
 from txjoin.faults import crash_point
 from txjoin.join.changes import parse_released, touched_of
 from txjoin.join.engine import SparkEngine, spark_column
+from txjoin.join.full import recompute_files
 from txjoin.join.plan import OutputPlan
 from txjoin.join.planned import Planned
 from txjoin.join.propagate import affected_partitions, closure, distinct
 from txjoin.join.replica import Partitions, ReplicaStore
-from txjoin.pg.names import QualifiedName
+from txjoin.pg.names import QualifiedName, parse_table_name
 from txjoin.spec import PipelineSpec
 
 __all__ = ["Affected", "Applied", "BatchStats", "JoinStage", "Recomputed"]
@@ -95,6 +99,7 @@ class JoinStage:
         self.spec = spec
         self.planned = planned
         self.plans = planned.plans
+        self.spark = spark
         self.store = ReplicaStore(spec.replicas, planned.replica_tables())
         self.engine = SparkEngine(spark, planned.tables)
         self._used = planned.used_by_table()
@@ -147,8 +152,9 @@ class JoinStage:
                     "Delete both (and the output tables) to rebuild from the changelog",
                 )
             cuts = _advance(store.cuts(), rows)
+            loads = rows.loc[rows["op"] == LOAD] if len(rows) else rows
             t0 = time.monotonic()
-            affected = self._apply(batches, cuts, table_exists)
+            affected = self._apply(batches, loads, cuts, table_exists, stats)
             stats.add_time("apply", t0)
             store.commit(batch_id, affected, cuts)
             crash_point("after-replica-commit")
@@ -160,12 +166,15 @@ class JoinStage:
     def _apply(
         self,
         batches: dict[QualifiedName, pa.Table],
+        loads: pd.DataFrame,
         cuts: dict[str, Cut],
         table_exists: Callable[[str], bool],
+        stats: BatchStats,
     ) -> Affected:
         store = self.store
         store.begin()
         try:
+            loaded = self._load(loads, stats)
             touched = touched_of(batches, store.tables)
             old: dict[str, Partitions | None] = {}
             for name, plan in self.plans.items():
@@ -179,9 +188,13 @@ class JoinStage:
             if isinstance(initialized, list):  # written by an earlier version
                 initialized = {n: self.fingerprint(n) for n in initialized if n in self.plans}
             for name, plan in self.plans.items():
-                ready = all(src in cuts for src in self.planned.sources_of(name))
-                if not ready:
+                sources = self.planned.sources_of(name)
+                if not all(src in cuts for src in sources):
                     continue  # wait until every source of the output has released its snapshot
+                if sources & loaded:
+                    affected[name] = None  # a source's snapshot arrived: every partition
+                    initialized[name] = self.fingerprint(name)
+                    continue
                 if initialized.get(name) != self.fingerprint(name) or not table_exists(name):
                     if name in initialized:
                         log.warning(
@@ -206,6 +219,35 @@ class JoinStage:
             raise
         return affected
 
+    def _load(self, loads: pd.DataFrame, stats: BatchStats) -> set[str]:
+        """Bulk-load the columnar snapshots named by ``loads``' rows; the sources loaded."""
+        done: set[str] = set()
+        for source, ref in zip(loads["source"], loads["value"], strict=True):
+            manifest = read_manifest(self.spec.changelog, str(ref))
+            for table_text, files in manifest.files.items():
+                name = parse_table_name(table_text)
+                if name not in self.store.tables:
+                    continue  # captured but not used by any output
+                t0 = time.monotonic()
+                n = self.store.load_parquet(name, files, manifest.lsn)
+                log.info(
+                    "source %s: loaded %d rows of %s into the replicas in %.1f s",
+                    source,
+                    n,
+                    name,
+                    time.monotonic() - t0,
+                )
+                if n != manifest.rows[table_text]:
+                    raise ChangelogError(
+                        f"the snapshot {ref} of source {source} lists {manifest.rows[table_text]} rows of "
+                        f"{name}, but its files hold {n}: the snapshot is damaged. Capture again into an "
+                        "empty changelog",
+                        table=str(name),
+                    )
+                stats.events += n
+            done.add(str(source))
+        return done
+
     # -- recompute ----------------------------------------------------------------
     def recompute(self, output: str, parts: Partitions | None, stats: BatchStats) -> Recomputed:
         """The output's rows for ``parts`` (None: all), guarded; timings go to ``stats``."""
@@ -220,6 +262,29 @@ class JoinStage:
         _check_unique(plan, result)
         stats.add_time("recompute", t0)
         return Recomputed(result, None if typed is None else [list(r.values()) for r in typed.to_pylist()])
+
+    def distributed(self, output: str) -> bool:
+        """Whether recomputing every partition of ``output`` runs as one Spark job over exports."""
+        plan = self.plans[output]
+        return sum(self.store.count(t) for t in plan.tables) >= self.spec.options.distributed_rows
+
+    def recompute_files(self, output: str, target: Path, stats: BatchStats) -> tuple[list[Path], pa.Schema]:
+        """Every partition of ``output``, computed by Spark into Parquet files in ``target``."""
+        t0 = time.monotonic()
+        files, schema, rows = recompute_files(
+            self.spark,
+            self.plans[output],
+            self.store,
+            dict(self.planned.tables),
+            self.spec.state_dir / "tmp" / f"full-{output}",
+            target,
+            rows_per_file=max(10_000, self.spec.options.output_file_bytes // 64),
+        )
+        stats.add_time("recompute", t0)
+        log.info(
+            "output %s: recomputed in full on Spark: %d rows in %.1f s", output, rows, time.monotonic() - t0
+        )
+        return files, schema
 
     def _typed(self, plan: OutputPlan, parts: Partitions) -> pa.Table:
         """Partitions in the output's partition columns and types (as the SQL's result has them)."""

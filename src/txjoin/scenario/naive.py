@@ -34,6 +34,7 @@ from txjoin.debezium.values import UNAVAILABLE, from_debezium
 from txjoin.errors import TxJoinError
 from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName, quote_ident
+from txjoin.verify.replay import read_transactions, snapshot_rows
 
 __all__ = ["NaiveBaseline", "NaiveVersion"]
 
@@ -110,6 +111,22 @@ class NaiveBaseline:
                     if name.schema != "public":
                         cur.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(name.schema)}")
                     cur.execute(f"CREATE TABLE {name.quoted} ({', '.join(defs)}, PRIMARY KEY ({keys}))")
+                    self._load_snapshot(cur, t)
+
+    def _load_snapshot(self, cur: Any, t: Table) -> None:
+        """The source's columnar snapshot rows of ``t`` (its topics start after them)."""
+        reader = ChangelogReader(self.changelog)
+        for end in read_transactions(reader, t.source):
+            if end.manifest is None:
+                continue
+            for row in snapshot_rows(self.changelog, end.manifest, t.source, str(t.name)):
+                cols = list(row)
+                names = ", ".join(quote_ident(c) for c in cols)
+                marks = ", ".join(["%s"] * len(cols))
+                cur.execute(
+                    f"INSERT INTO {t.name.quoted} ({names}) VALUES ({marks})",  # noqa: S608
+                    [self._value(t, c, row[c]) for c in cols],
+                )
 
     def _run(self) -> None:
         try:

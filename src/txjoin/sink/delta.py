@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from txjoin.cut import Cut, cuts_from_json, cuts_to_json
 from txjoin.errors import SinkError
@@ -72,6 +73,21 @@ class DeltaStore(Protocol):
         """Commit no row change, only a newer ``cut``; return the version."""
         ...
 
+    def commit_files(
+        self,
+        path: Path,
+        files: Sequence[Path],
+        schema: pa.Schema,
+        *,
+        stats_columns: Sequence[str],
+        cut: Mapping[str, Cut],
+        batch: int,
+        app_id: str,
+    ) -> int:
+        """Make ``files`` (Parquet, already inside the table's directory) the table's whole content,
+        in one commit; return the version."""
+        ...
+
     def history(self, path: Path) -> list[OutputVersion]: ...
 
     def read(self, path: Path, version: int | None = None) -> pa.Table: ...
@@ -81,6 +97,37 @@ class DeltaStore(Protocol):
 
 def _cut_text(cut: Mapping[str, Cut]) -> str:
     return json.dumps(cuts_to_json(cut), sort_keys=True)
+
+
+def _file_stats(path: Path, columns: Sequence[str]) -> str:
+    """Delta's per-file statistics from a Parquet footer: row count, and min/max/null count of
+    ``columns`` where they are integers or strings (what lets a partition overwrite skip files)."""
+    md = pq.read_metadata(path)
+    stats: dict[str, Any] = {"numRecords": md.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    schema = md.schema.to_arrow_schema()
+    for col in columns:
+        if col not in schema.names:
+            continue
+        t = schema.field(col).type
+        if not (pa.types.is_integer(t) or pa.types.is_string(t)):
+            continue
+        i = schema.get_field_index(col)
+        mins, maxs, nulls = [], [], 0
+        for g in range(md.num_row_groups):
+            st = md.row_group(g).column(i).statistics
+            if st is None or not st.has_min_max:
+                if md.row_group(g).num_rows and (st is None or st.null_count != md.row_group(g).num_rows):
+                    break  # no statistics: say nothing of this column
+            else:
+                mins.append(st.min)
+                maxs.append(st.max)
+            nulls += st.null_count if st is not None and st.has_null_count else 0
+        else:
+            if mins:
+                stats["minValues"][col] = min(mins)
+                stats["maxValues"][col] = max(maxs)
+            stats["nullCount"][col] = nulls
+    return json.dumps(stats)
 
 
 class _NoLiteral(Exception):
@@ -363,9 +410,7 @@ class DeltaRsStore:
         sizes = dt.get_add_actions(flatten=True).column("size_bytes").to_pylist()
         if sum(1 for s in sizes if s < self.file_bytes // 2) < self.compact_after:
             return
-        props = CommitProperties(
-            custom_metadata={CUT_KEY: _cut_text(cut), BATCH_KEY: str(batch)}
-        )
+        props = CommitProperties(custom_metadata={CUT_KEY: _cut_text(cut), BATCH_KEY: str(batch)})
         dt.optimize.compact(target_size=self.file_bytes, commit_properties=props)
 
     def advance(self, path: Path, *, cut: Mapping[str, Cut], batch: int, app_id: str) -> int:
@@ -383,6 +428,56 @@ class DeltaRsStore:
             raise SinkError(
                 f"could not commit batch {batch}'s cut to Delta table {path}: {e}. Nothing was committed; "
                 "the query stops and the batch is retried on restart",
+                path=str(path),
+                batch=batch,
+            ) from e
+
+    def commit_files(
+        self,
+        path: Path,
+        files: Sequence[Path],
+        schema: pa.Schema,
+        *,
+        stats_columns: Sequence[str],
+        cut: Mapping[str, Cut],
+        batch: int,
+        app_id: str,
+    ) -> int:
+        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake import Schema as DeltaSchema
+        from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+        props = CommitProperties(
+            custom_metadata={CUT_KEY: _cut_text(cut), BATCH_KEY: str(batch)},
+            app_transactions=[Transaction(app_id=app_id, version=batch)],
+        )
+        adds = [
+            AddAction(
+                str(f.relative_to(path)),
+                f.stat().st_size,
+                {},
+                int(f.stat().st_mtime * 1000),
+                True,
+                _file_stats(f, stats_columns),
+            )
+            for f in files
+        ]
+        try:
+            delta_schema = DeltaSchema.from_arrow(schema)
+            if self.exists(path):
+                actions: list[AddAction | RemoveAction] = list(adds)
+                DeltaTable(str(path)).create_write_transaction(
+                    actions, mode="overwrite", schema=delta_schema, commit_properties=props
+                )
+            else:
+                create_table_with_add_actions(
+                    str(path), delta_schema, adds, mode="error", commit_properties=props
+                )
+            return int(DeltaTable(str(path)).version())
+        except Exception as e:  # delta-rs raises its own exception types
+            raise SinkError(
+                f"could not commit batch {batch}'s {len(files)} files to Delta table {path}: {e}. Nothing "
+                "was committed for this batch; the query stops and the batch is retried on restart",
                 path=str(path),
                 batch=batch,
             ) from e

@@ -12,8 +12,10 @@ quiet source converges.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
 
 from txjoin.cut import Cut, same_position
 from txjoin.errors import ChangelogError
@@ -24,10 +26,23 @@ from txjoin.join.replica import Partitions
 from txjoin.sink.delta import DeltaStore
 from txjoin.spec import PipelineSpec
 
-__all__ = ["Publisher", "Recompute"]
+__all__ = ["Publisher", "Recomputer"]
 
-#: ``recompute(output, partitions or None for all, stats)``: the join stage's recompute.
-Recompute = Callable[[str, Partitions | None, BatchStats], Recomputed]
+
+class Recomputer(Protocol):
+    """What publishing needs of the join stage (:class:`txjoin.join.batch.JoinStage`)."""
+
+    def recompute(self, output: str, parts: Partitions | None, stats: BatchStats) -> Recomputed:
+        """The output's rows for ``parts`` (None: all), through the driver."""
+        ...
+
+    def distributed(self, output: str) -> bool:
+        """Whether every partition of ``output`` is best recomputed by :meth:`recompute_files`."""
+        ...
+
+    def recompute_files(self, output: str, target: Path, stats: BatchStats) -> tuple[list[Path], pa.Schema]:
+        """Every partition of ``output``, written by Spark as Parquet files in ``target``."""
+        ...
 
 
 class Publisher:
@@ -71,26 +86,40 @@ class Publisher:
         done = self.delta.committed_batch(self.spec.outputs[output].path, self.app_id(output))
         return done is not None and done >= batch_id
 
-    def publish(self, batch_id: int, applied: Applied, recompute: Recompute, stats: BatchStats) -> None:
+    def publish(self, batch_id: int, applied: Applied, join: Recomputer, stats: BatchStats) -> None:
         """Commit every affected output (skipping commits a replay finds done), then idle advances."""
         now = time.monotonic()
         for name, parts in applied.affected.items():
             if self._committed(name, batch_id):
                 continue  # this batch's commit is already there (a replay)
             plan = self.planned.plans[name]
-            result = recompute(name, parts, stats)
-            t0 = time.monotonic()
+            path = self.spec.outputs[name].path
             cut = self._cut(name, applied.cuts)
-            version = self.delta.replace_partitions(
-                self.spec.outputs[name].path,
-                result.rows,
-                key=plan.key,
-                partition_cols=plan.partition_cols,
-                partitions=result.partitions,
-                cut=cut,
-                batch=batch_id,
-                app_id=self.app_id(name),
-            )
+            if parts is None and join.distributed(name):
+                files, schema = join.recompute_files(name, path / f"txjoin-{batch_id:010d}", stats)
+                t0 = time.monotonic()
+                version = self.delta.commit_files(
+                    path,
+                    files,
+                    schema,
+                    stats_columns=plan.partition_cols or plan.key,
+                    cut=cut,
+                    batch=batch_id,
+                    app_id=self.app_id(name),
+                )
+            else:
+                result = join.recompute(name, parts, stats)
+                t0 = time.monotonic()
+                version = self.delta.replace_partitions(
+                    path,
+                    result.rows,
+                    key=plan.key,
+                    partition_cols=plan.partition_cols,
+                    partitions=result.partitions,
+                    cut=cut,
+                    batch=batch_id,
+                    app_id=self.app_id(name),
+                )
             stats.add_time("commit", t0)
             stats.commits[name] = version
             self._published[name] = (cut, now)

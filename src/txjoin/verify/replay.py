@@ -16,11 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txjoin.changelog import ChangelogReader, read_columns
+import pyarrow.parquet as pq
+
+from txjoin.changelog import ChangelogReader, read_columns, read_table
+from txjoin.changelog.snapshots import read_manifest
+from txjoin.debezium.arrow import to_values
 from txjoin.debezium.envelope import parse_tx_id
 from txjoin.debezium.topics import table_topic, transaction_topic
 from txjoin.debezium.values import UNAVAILABLE
 from txjoin.errors import ChangelogError
+from txjoin.pg.names import parse_table_name
 
 __all__ = ["Replay", "TxEnd", "read_transactions", "replay"]
 
@@ -38,6 +43,8 @@ class TxEnd:
     ts_ms: int
     event_count: int
     counts: dict[str, int]  # "schema.table" -> events
+    #: A columnar snapshot's manifest (its rows are in Parquet, not in the topics).
+    manifest: str | None = None
 
 
 def read_transactions(reader: ChangelogReader, prefix: str) -> list[TxEnd]:
@@ -49,7 +56,8 @@ def read_transactions(reader: ChangelogReader, prefix: str) -> list[TxEnd]:
             continue
         xid, lsn = parse_tx_id(v["id"])
         counts = {d["data_collection"]: int(d["event_count"]) for d in v.get("data_collections") or []}
-        out.append(TxEnd(offset, xid, lsn, int(v["ts_ms"]), int(v["event_count"]), counts))
+        manifest = v.get("snapshot_manifest")
+        out.append(TxEnd(offset, xid, lsn, int(v["ts_ms"]), int(v["event_count"]), counts, manifest))
     return out
 
 
@@ -97,6 +105,12 @@ def replay(
         topic = table_topic(prefix, table)
         key_cols = [c["name"] for c in read_columns(root, topic) if c["key"]]
         state: dict[Key, Row] = {}
+        for end in result.transactions:
+            if end.manifest is not None:
+                for row in snapshot_rows(root, end.manifest, prefix, table):
+                    state[_key(row, key_cols, topic, -1)] = row
+                k = (end.xid, table)
+                result.applied[k] = result.applied.get(k, 0) + len(state)
         seen: dict[tuple[int, int], bytes] = {}
         for offset, raw in reader.read(topic):
             v = json.loads(raw)
@@ -125,6 +139,18 @@ def replay(
             result.applied[k] = result.applied.get(k, 0) + 1
         result.tables[table] = state
     return result
+
+
+def snapshot_rows(root: Path, manifest: str, source: str, table: str) -> list[Row]:
+    """A columnar snapshot's rows of ``table`` ("schema.table"), as Debezium JSON values."""
+    m = read_manifest(root, manifest)
+    files = m.files.get(table)
+    if not files:
+        return []
+    types = read_table(root, table_topic(source, table), source, parse_table_name(table)).types
+    data = pq.read_table([str(f) for f in files]) if len(files) > 1 else pq.read_table(str(files[0]))
+    columns = {c: to_values(data.column(c), types[c]) for c in data.column_names}
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
 def _apply(state: dict[Key, Row], v: dict[str, Any], key_cols: list[str], topic: str, offset: int) -> None:
