@@ -403,30 +403,31 @@ def assemble(
             state.events = events.loc[~take].reset_index(drop=True)
         else:
             out = events
+        parts: list[pd.DataFrame] = []
         if not out.empty:
             out = out.merge(rel, on="xid", how="inner", sort=False)
-            out = pd.DataFrame(
-                {
-                    "source": state.source,
-                    "tx_seq": out["tx_seq"],
-                    "xid": out["xid"],
-                    "commit_lsn": out["end_lsn"],
-                    "commit_ts_ms": out["ts_ms"],
-                    "total_order": out["total_order"],
-                    "lsn": out["lsn"],
-                    "op": out["op"],
-                    "table": out["table"],
-                    "value": out["value"],
-                    "tx_events": out["event_count"],
-                }
-            ).sort_values(["commit_lsn", "total_order"], kind="stable", ignore_index=True)
-            for start in range(0, len(out), cfg.chunk_rows):
-                frames.append(out.iloc[start : start + cfg.chunk_rows])
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "source": state.source,
+                        "tx_seq": out["tx_seq"],
+                        "xid": out["xid"],
+                        "commit_lsn": out["end_lsn"],
+                        "commit_ts_ms": out["ts_ms"],
+                        "total_order": out["total_order"],
+                        "lsn": out["lsn"],
+                        "op": out["op"],
+                        "table": out["table"],
+                        "value": out["value"],
+                        "tx_events": out["event_count"],
+                    }
+                )
+            )
             report.released_events = len(out)
         loads = rel.loc[rel["manifest"].notna()]
         if not loads.empty:
             # A columnar snapshot: one row naming its manifest; the join stage loads it in bulk.
-            frames.append(
+            parts.append(
                 pd.DataFrame(
                     {
                         "source": state.source,
@@ -443,6 +444,11 @@ def assemble(
                     }
                 ).astype(OUTPUT_COLUMNS)
             )
+        if parts:
+            rows = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+            rows = rows.sort_values(["commit_lsn", "total_order"], kind="stable", ignore_index=True)
+            for start in range(0, len(rows), cfg.chunk_rows):
+                frames.append(rows.iloc[start : start + cfg.chunk_rows])
         state.released += k
         state.last_end = int(rel["end_lsn"].iloc[-1])
         state.last_xid = int(rel["xid"].iloc[-1])
