@@ -38,6 +38,7 @@ EVENT_COLUMNS: dict[str, str] = {
     "lsn": "int64",  # change: its LSN; begin/end: the id's LSN (END: commit end LSN)
     "seq_prev": "int64",  # change: source.sequence[0]; -1 if null
     "total_order": "int64",  # change: transaction.total_order; -1 if absent
+    "dc_order": "int64",  # change: transaction.data_collection_order (position within its table); -1
     "op": "object",
     "snapshot": "object",  # source.snapshot ('false' when streaming)
     "table": "object",  # "schema.table"
@@ -221,6 +222,7 @@ def decode(raw: Any) -> Any:
         "lsn": long_or(F.when(is_change, F.col("e.source.lsn")).when(is_marker, id_parts[1])),
         "seq_prev": long_or(F.when(is_change, seq[0])),
         "total_order": long_or(F.col("e.transaction.total_order")),
+        "dc_order": long_or(F.col("e.transaction.data_collection_order")),
         "op": F.col("e.op"),
         "snapshot": F.coalesce(F.lower(F.col("e.source.snapshot")), F.lit("false")),
         "table": F.when(F.col("kind") == "bad", F.col("path")).otherwise(

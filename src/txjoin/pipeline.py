@@ -105,6 +105,7 @@ class Pipeline:
         opts = self.spec.options
         cfg = AssemblerConfig(
             max_transaction_events=opts.max_transaction_events,
+            stage_events=opts.stage_transaction_events,
             incomplete_timeout=opts.incomplete_timeout,
             on_incomplete=opts.on_incomplete,  # type: ignore[arg-type]
         )

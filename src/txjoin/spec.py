@@ -70,8 +70,13 @@ class Options:
 
     #: Spark micro-batch trigger.
     trigger_interval: str = "250 milliseconds"
-    #: See AssemblerConfig.max_transaction_events.
-    max_transaction_events: int = 5_000_000
+    #: A safety valve: a transaction of more events stops the pipeline, naming this setting.
+    max_transaction_events: int = 50_000_000
+    #: A transaction of more events than this is staged in the replica store as it arrives and
+    #: applied whole once complete, so no transaction has to fit in memory.
+    stage_transaction_events: int = 100_000
+    #: Rows a staged transaction is applied in per step (memory per step).
+    stage_chunk_rows: int = 250_000
     #: Seconds before an incomplete transaction is reported.
     incomplete_timeout: float = 60.0
     #: 'warn' or 'fail' when a transaction stays incomplete.

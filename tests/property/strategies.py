@@ -85,6 +85,11 @@ def histories(draw: st.DrawFn, max_tx: int = 12, max_events: int = 5) -> list[Tx
         tx.end_lsn = lsn + draw(st.integers(1, 20))
         prev_end = tx.end_lsn
         txs.append(tx)
+    for tx in txs:  # data_collection_order: the event's position among its table's events
+        seen: dict[str, int] = {}
+        for e in tx.events:
+            seen[e["table"]] = seen.get(e["table"], 0) + 1
+            e["dc_order"] = seen[e["table"]]
     return txs
 
 
@@ -154,7 +159,7 @@ def render(rec: Rec, source: str = "s") -> str:
                            "table": table, "txId": rec["xid"], "lsn": rec["lsn"], "xmin": None},
                 "op": rec["op"],
                 "ts_ms": rec["ts_ms"],
-                "transaction": {"id": f"{rec['xid']}:{rec['lsn']}", "total_order": rec["total_order"], "data_collection_order": 1},
+                "transaction": {"id": f"{rec['xid']}:{rec['lsn']}", "total_order": rec["total_order"], "data_collection_order": rec["dc_order"]},
             }
         )  # fmt: skip
     if rec["kind"] == "begin":
@@ -170,7 +175,7 @@ def _rows(rec: Rec) -> list[Rec]:
     base: Rec = {c: (-1 if t == "int64" else None) for c, t in EVENT_COLUMNS.items()}
     base.update({k: rec[k] for k in ("kind", "seg_first", "seg_last", "xid", "lsn", "ts_ms") if k in rec})
     if rec["kind"] == "change":
-        base.update({k: rec[k] for k in ("seq_prev", "total_order", "op", "snapshot", "table")})
+        base.update({k: rec[k] for k in ("seq_prev", "total_order", "dc_order", "op", "snapshot", "table")})
         base["value"] = render(rec)
         return [base]
     if rec["kind"] == "end":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 
 import pandas as pd
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.property.strategies import Segment, Tx, changelogs, deliveries, frame, histories, render
@@ -27,7 +27,11 @@ def _checkpoint(state: AssemblyState) -> tuple[str, bytes]:
 
 
 def _run(
-    history: list[Tx], batches: list[list[Segment]], crashes: list[int], rollback: list[int]
+    history: list[Tx],
+    batches: list[list[Segment]],
+    crashes: list[int],
+    rollback: list[int],
+    cfg: AssemblerConfig = CFG,
 ) -> dict[int, pd.DataFrame]:
     """Feed batches like Spark would; return the sink's final output per batch id."""
     sink: dict[int, pd.DataFrame] = {}
@@ -36,7 +40,7 @@ def _run(
     crashes_left = list(crashes)
     while b < len(batches):
         state = AssemblyState.restore(*checkpoints[b])
-        frames, _ = assemble(state, frame(batches[b]), CFG, now=float(b))
+        frames, _ = assemble(state, frame(batches[b]), cfg, now=float(b))
         out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         sink[b] = out  # foreachBatch sinks are idempotent per batch id
         if crashes_left and crashes_left[0] == b:
@@ -107,6 +111,46 @@ def test_released_sequence_is_the_committed_transactions_whole_once_in_order(
         last_seq = seqs[-1]
 
 
+@settings(max_examples=examples(ci=300, thorough=3000))
+@given(st.data())
+def test_staged_transactions_are_applied_whole_once_in_order(data: st.DataObject) -> None:
+    """With a tiny staging threshold, every transaction of two or more events is staged: its
+    events pass through early (``tx_seq`` -1, possibly more than once) and one commit row is
+    released in its place. Rebuilt from both, the sequence is still each committed transaction,
+    whole, once, in commit order, and no staged event follows its commit row."""
+    history = data.draw(histories())
+    segments = data.draw(changelogs(history))
+    batches = data.draw(deliveries(segments))
+    crashes = sorted(set(data.draw(st.lists(st.integers(0, max(0, len(batches) - 1)), max_size=2))))
+    rollback = data.draw(st.lists(st.integers(0, 3), min_size=len(crashes), max_size=len(crashes)))
+    cfg = AssemblerConfig(incomplete_timeout=1e9, stage_events=1)
+    sink = _run(history, batches, crashes, rollback, cfg)
+
+    staged: dict[tuple[int, int], str] = {}  # (xid, total_order) -> record
+    rebuilt: list[tuple[int, int, int, str]] = []  # (tx_seq, xid, total_order, record)
+    for b in sorted(sink):
+        out = sink[b]
+        if out.empty:
+            continue
+        for row in out.itertuples(index=False):
+            if row.tx_seq < 0:
+                key = (int(row.xid), int(row.total_order))
+                assert staged.setdefault(key, row.value) == row.value, "a staged event changed"
+                done = {x for _, x, _, _ in rebuilt}
+                assert int(row.xid) not in done, "a staged event came after its transaction's commit row"
+            elif row.op == "C":
+                mine = sorted((o, v) for (x, o), v in staged.items() if x == row.xid)
+                assert len(mine) == row.tx_events, "a staged transaction committed incomplete"
+                rebuilt += [(int(row.tx_seq), int(row.xid), o, v) for o, v in mine]
+            else:
+                rebuilt.append((int(row.tx_seq), int(row.xid), int(row.total_order), row.value))
+    expected = [
+        (seq, tx.xid, e["total_order"], render(e)) for seq, tx in enumerate(history, start=1) for e in tx.events
+    ]
+    event(f"transactions staged: {'some' if staged else 'none'}")
+    assert rebuilt == expected
+
+
 @settings(max_examples=examples(ci=200, thorough=2000))
 @given(st.data())
 def test_nothing_is_released_before_all_earlier_transactions(data: st.DataObject) -> None:
@@ -160,6 +204,7 @@ def test_state_round_trip_keeps_buffered_events_and_markers() -> None:
             "xid": [5],
             "lsn": [11],
             "total_order": [1],
+            "dc_order": [1],
             "op": ["c"],
             "snapshot": ["false"],
             "table": ["public.a"],

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from txjoin.assemble import staging
 from txjoin.decode import EVENT_COLUMNS
 from txjoin.errors import (
     AssemblyError,
@@ -47,6 +48,7 @@ from txjoin.errors import (
 )
 
 __all__ = [
+    "COMMIT_STAGED",
     "LOAD",
     "OUTPUT_COLUMNS",
     "AssemblerConfig",
@@ -60,7 +62,11 @@ log = logging.getLogger(__name__)
 #: ``op`` of a released row that names a columnar snapshot's manifest (in ``value``).
 LOAD = "L"
 
-#: Columns of released rows, in order.
+#: ``op`` of a released row that commits a staged transaction (its events came before, ``tx_seq`` -1).
+COMMIT_STAGED = "C"
+
+#: Columns of released rows, in order. Staged events (:mod:`.staging`) come
+#: with ``tx_seq``, ``commit_lsn``, ``commit_ts_ms`` and ``tx_events`` at -1.
 OUTPUT_COLUMNS: dict[str, str] = {
     "source": "object",
     "tx_seq": "int64",  # 1-based ordinal of the transaction in this source (snapshot = 1)
@@ -75,7 +81,9 @@ OUTPUT_COLUMNS: dict[str, str] = {
     "tx_events": "int64",  # events in the whole transaction
 }
 
-_BUFFER = {c: EVENT_COLUMNS[c] for c in ("xid", "lsn", "total_order", "op", "snapshot", "table", "value")}
+_BUFFER = {
+    c: EVENT_COLUMNS[c] for c in ("xid", "lsn", "total_order", "dc_order", "op", "snapshot", "table", "value")
+}
 _MARKERS = {
     "xid": "int64",
     "end_lsn": "int64",
@@ -100,9 +108,12 @@ def _empty(schema: dict[str, str]) -> pd.DataFrame:
 class AssemblerConfig:
     """Settings of the assembly operator (one per pipeline)."""
 
-    #: A transaction buffering more events than this stops the query with
-    #: :class:`TransactionTooLarge` naming the transaction and this setting.
-    max_transaction_events: int = 5_000_000
+    #: A safety valve: a transaction of more events than this stops the query
+    #: with :class:`TransactionTooLarge` naming the transaction and this setting.
+    max_transaction_events: int = 50_000_000
+    #: A transaction buffering more events than this is staged: its events
+    #: pass through to the join stage's store at once (:mod:`.staging`).
+    stage_events: int = 100_000
     #: Seconds a transaction may stay incomplete before it is reported.
     incomplete_timeout: float = 60.0
     #: What to do then: 'warn' (log every timeout period, keep waiting) or
@@ -166,6 +177,8 @@ class AssemblyState:
     held: pd.DataFrame = field(default_factory=lambda: _empty(_HELD))
     #: Buffered change events of unreleased transactions.
     events: pd.DataFrame = field(default_factory=lambda: _empty(_BUFFER))
+    #: Positions seen of staged transactions' events, as intervals (:mod:`.staging`).
+    staged: pd.DataFrame = field(default_factory=lambda: _empty(staging.STAGED))
     first_seen: dict[int, float] = field(default_factory=dict)  # xid (or -offset-1) -> wall time
     reported: dict[int, float] = field(default_factory=dict)
 
@@ -185,7 +198,13 @@ class AssemblyState:
         )
 
     def frames_bytes(self) -> bytes:
-        frames = {"markers": self.markers, "counts": self.counts, "held": self.held, "events": self.events}
+        frames = {
+            "markers": self.markers,
+            "counts": self.counts,
+            "held": self.held,
+            "events": self.events,
+            "staged": self.staged,
+        }
         return _frames_to_bytes({k: v for k, v in frames.items() if not v.empty})
 
     @classmethod
@@ -201,7 +220,13 @@ class AssemblyState:
             first_seen={int(k): float(v) for k, v in m["first_seen"].items()},
             reported={int(k): float(v) for k, v in m["reported"].items()},
         )
-        schemas = {"markers": _MARKERS, "counts": _COUNTS, "held": _HELD, "events": _BUFFER}
+        schemas = {
+            "markers": _MARKERS,
+            "counts": _COUNTS,
+            "held": _HELD,
+            "events": _BUFFER,
+            "staged": staging.STAGED,
+        }
         for name, df in _frames_from_bytes(blob or b"").items():
             for col, dtype in schemas[name].items():  # state written by an earlier version
                 if col not in df.columns:
@@ -226,6 +251,7 @@ class BatchReport:
     released_events: int = 0
     duplicates_dropped: int = 0
     buffered_events: int = 0
+    staged_events: int = 0
     waiting: list[str] = field(default_factory=list)  # human-readable incomplete reports
 
 
@@ -304,23 +330,22 @@ def _complete_prefix(state: AssemblyState, cfg: AssemblerConfig) -> int:
     markers, events = state.markers, state.events
     if markers.empty:
         return 0
-    if events.empty:
-        got_total = pd.Series(0, index=markers.index)
-    else:
-        per_xid = events.groupby("xid", sort=False).size()
-        too_big = per_xid[per_xid > cfg.max_transaction_events]
-        if not too_big.empty:
-            xid = int(too_big.index[0])
-            raise TransactionTooLarge(
-                f"transaction {xid} of source {state.source!r} buffers {int(too_big.iloc[0])} events, "
-                f"more than max_transaction_events={cfg.max_transaction_events}. txjoin never splits a "
-                "transaction: raise the setting (and the Spark executor memory with it) to let this "
-                "transaction through",
-                xid=xid,
-                source=state.source,
-                setting="max_transaction_events",
-            )
-        got_total = markers["xid"].map(per_xid).fillna(0).astype("int64")
+    per_xid = events.groupby("xid", sort=False).size() if not events.empty else pd.Series(dtype="int64")
+    staged = staging.sizes(state.staged)
+    if not staged.empty:
+        per_xid = per_xid.add(staged, fill_value=0).astype("int64")
+    too_big = per_xid[per_xid > cfg.max_transaction_events]
+    if not too_big.empty:
+        xid = int(too_big.index[0])
+        raise TransactionTooLarge(
+            f"transaction {xid} of source {state.source!r} has {int(too_big.iloc[0])} events, more than "
+            f"max_transaction_events={cfg.max_transaction_events}, a safety valve: txjoin never splits a "
+            "transaction, and stages a large one on disk; raise the setting to let this transaction through",
+            xid=xid,
+            source=state.source,
+            setting="max_transaction_events",
+        )
+    got_total = markers["xid"].map(per_xid).fillna(0).astype("int64")
     complete = got_total.to_numpy() == markers["event_count"].to_numpy()
     if not state.counts.empty and not events.empty:
         have = events.groupby(["xid", "table"], sort=False).size().reset_index(name="got")
@@ -342,6 +367,25 @@ def _complete_prefix(state: AssemblyState, cfg: AssemblerConfig) -> int:
             complete &= ~markers["end_lsn"].isin(short).to_numpy()
     elif not state.counts.empty:
         complete &= ~markers["end_lsn"].isin(set(state.counts["end_lsn"].tolist())).to_numpy()
+    if not staged.empty:
+        # Staged transactions: complete when each table's positions are exactly 1..count.
+        for i, (xid, end_lsn) in enumerate(
+            zip(markers["xid"].tolist(), markers["end_lsn"].tolist(), strict=True)
+        ):
+            if xid not in staged.index:
+                continue
+            want = state.counts.loc[state.counts["end_lsn"] == end_lsn]
+            counts = {str(t): int(n) for t, n in zip(want["table"], want["n"], strict=True)}
+            beyond = staging.tables_beyond(state.staged, xid, counts)
+            if beyond:
+                raise AssemblyError(
+                    f"transaction {xid} (end LSN {end_lsn}) of source {state.source!r} has events for "
+                    f"{beyond[0]} past the count its END gives: the changelog holds events END does not "
+                    "count; it was written by something else or is damaged",
+                    xid=xid,
+                    table=beyond[0],
+                )
+            complete[i] = staging.complete(state.staged, xid, counts) and xid not in set(events["xid"])
     # The longest complete prefix in commit order.
     return int(np.cumprod(complete).sum())
 
@@ -389,10 +433,14 @@ def assemble(
         marks = batch.loc[(kinds == "end") | (kinds == "begin")]
         if not marks.empty:
             _accept_markers(state, marks, cfg)
+    frames: list[pd.DataFrame] = []
+    staged = _stage(state, cfg)
+    if staged is not None:
+        frames.append(staged)
+        report.staged_events = len(staged)
 
     # -- release the longest complete prefix -------------------------------
     k = _complete_prefix(state, cfg)
-    frames: list[pd.DataFrame] = []
     if k:
         rel = state.markers.iloc[:k].copy()
         rel["tx_seq"] = np.arange(state.released + 1, state.released + k + 1, dtype=np.int64)
@@ -407,43 +455,22 @@ def assemble(
         if not out.empty:
             out = out.merge(rel, on="xid", how="inner", sort=False)
             parts.append(
-                pd.DataFrame(
-                    {
-                        "source": state.source,
-                        "tx_seq": out["tx_seq"],
-                        "xid": out["xid"],
-                        "commit_lsn": out["end_lsn"],
-                        "commit_ts_ms": out["ts_ms"],
-                        "total_order": out["total_order"],
-                        "lsn": out["lsn"],
-                        "op": out["op"],
-                        "table": out["table"],
-                        "value": out["value"],
-                        "tx_events": out["event_count"],
-                    }
-                )
+                _released(state, out, out["total_order"], out["lsn"], out["op"], out["table"], out["value"])
             )
             report.released_events = len(out)
         loads = rel.loc[rel["manifest"].notna()]
         if not loads.empty:
             # A columnar snapshot: one row naming its manifest; the join stage loads it in bulk.
             parts.append(
-                pd.DataFrame(
-                    {
-                        "source": state.source,
-                        "tx_seq": loads["tx_seq"],
-                        "xid": loads["xid"],
-                        "commit_lsn": loads["end_lsn"],
-                        "commit_ts_ms": loads["ts_ms"],
-                        "total_order": 0,
-                        "lsn": loads["end_lsn"],
-                        "op": LOAD,
-                        "table": "",
-                        "value": loads["manifest"],
-                        "tx_events": 0,
-                    }
-                ).astype(OUTPUT_COLUMNS)
+                _released(state, loads, 0, loads["end_lsn"], LOAD, "", loads["manifest"], tx_events=0)
             )
+        staged_xids = set(state.staged["xid"].tolist()) if not state.staged.empty else set()
+        commits = rel.loc[rel["xid"].isin(staged_xids)]
+        if not commits.empty:
+            # Staged transactions: one row each; the join stage applies what it staged.
+            parts.append(_released(state, commits, 0, commits["end_lsn"], COMMIT_STAGED, "", None))
+            state.staged = state.staged.loc[~state.staged["xid"].isin(set(commits["xid"].tolist()))]
+            state.staged = state.staged.reset_index(drop=True)
         if parts:
             rows = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
             rows = rows.sort_values(["commit_lsn", "total_order"], kind="stable", ignore_index=True)
@@ -476,6 +503,75 @@ def assemble(
     report.buffered_events = len(state.events)
     _check_timeouts(state, cfg, now, report)
     return frames, report
+
+
+def _released(
+    state: AssemblyState,
+    rel: pd.DataFrame,
+    total_order: Any,
+    lsn: Any,
+    op: Any,
+    table: Any,
+    value: Any,
+    *,
+    tx_events: Any = None,
+) -> pd.DataFrame:
+    """Released rows of transactions ``rel`` (markers: tx_seq, xid, end_lsn, ts_ms, event_count)."""
+    return pd.DataFrame(
+        {
+            "source": state.source,
+            "tx_seq": rel["tx_seq"],
+            "xid": rel["xid"],
+            "commit_lsn": rel["end_lsn"],
+            "commit_ts_ms": rel["ts_ms"],
+            "total_order": total_order,
+            "lsn": lsn,
+            "op": op,
+            "table": table,
+            "value": value,
+            "tx_events": rel["event_count"] if tx_events is None else tx_events,
+        }
+    ).astype(OUTPUT_COLUMNS)
+
+
+def _stage(state: AssemblyState, cfg: AssemblerConfig) -> pd.DataFrame | None:
+    """Move the events of large transactions (and of ones already staged) out as staged rows."""
+    events = state.events
+    if events.empty:
+        return None
+    counts = events.groupby("xid", sort=False).size()
+    already = set(state.staged["xid"].tolist()) if not state.staged.empty else set()
+    big = {int(x) for x in counts[counts > cfg.stage_events].index.tolist()}
+    xids = (already | big) & {int(x) for x in counts.index.tolist()}
+    if not xids:
+        return None
+    for x in sorted(big - already):
+        log.info(
+            "source %s: transaction %d has %d events so far: staging it (its events go to the join stage's "
+            "store; it is applied whole once complete)",
+            state.source,
+            x,
+            int(counts.loc[x]),
+        )
+    take = events["xid"].isin(xids).to_numpy()
+    moved = events.loc[take]
+    state.events = events.loc[~take].reset_index(drop=True)
+    state.staged = staging.merge(state.staged, moved)
+    return pd.DataFrame(
+        {
+            "source": state.source,
+            "tx_seq": -1,
+            "xid": moved["xid"],
+            "commit_lsn": -1,
+            "commit_ts_ms": -1,
+            "total_order": moved["total_order"],
+            "lsn": moved["lsn"],
+            "op": moved["op"],
+            "table": moved["table"],
+            "value": moved["value"],
+            "tx_events": -1,
+        }
+    ).astype(OUTPUT_COLUMNS)
 
 
 def _check_timeouts(state: AssemblyState, cfg: AssemblerConfig, now: float, report: BatchReport) -> None:

@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txjoin.assemble.buffer import LOAD
+from txjoin.assemble.buffer import COMMIT_STAGED, LOAD
 from txjoin.changelog.snapshots import read_manifest
 from txjoin.cut import Cut
 from txjoin.errors import ChangelogError, TxJoinError
@@ -128,6 +128,8 @@ class JoinStage:
         ``table_exists(output)`` says whether the output's table is there; a
         missing one is rebuilt in full at this batch's cut.
         """
+        staged = rows.loc[rows["tx_seq"] < 0] if len(rows) else rows
+        rows = rows.loc[rows["tx_seq"] >= 0] if len(rows) else rows
         batches = parse_released(rows, self.store.tables, self._used)
         stats.events = sum(b.num_rows for b in batches.values())
         stats.transactions = (
@@ -152,9 +154,8 @@ class JoinStage:
                     "Delete both (and the output tables) to rebuild from the changelog",
                 )
             cuts = _advance(store.cuts(), rows)
-            loads = rows.loc[rows["op"] == LOAD] if len(rows) else rows
             t0 = time.monotonic()
-            affected = self._apply(batches, loads, cuts, table_exists, stats)
+            affected = self._apply(batches, rows, staged, cuts, table_exists, stats)
             stats.add_time("apply", t0)
             store.commit(batch_id, affected, cuts)
             crash_point("after-replica-commit")
@@ -166,7 +167,8 @@ class JoinStage:
     def _apply(
         self,
         batches: dict[QualifiedName, pa.Table],
-        loads: pd.DataFrame,
+        rows: pd.DataFrame,
+        staged: pd.DataFrame,
         cuts: dict[str, Cut],
         table_exists: Callable[[str], bool],
         stats: BatchStats,
@@ -174,7 +176,9 @@ class JoinStage:
         store = self.store
         store.begin()
         try:
-            loaded = self._load(loads, stats)
+            loaded = self._load(rows.loc[rows["op"] == LOAD] if len(rows) else rows, stats)
+            store.stage(staged)
+            bulk = self._apply_staged(rows.loc[rows["op"] == COMMIT_STAGED] if len(rows) else rows, stats)
             touched = touched_of(batches, store.tables)
             old: dict[str, Partitions | None] = {}
             for name, plan in self.plans.items():
@@ -191,8 +195,10 @@ class JoinStage:
                 sources = self.planned.sources_of(name)
                 if not all(src in cuts for src in sources):
                     continue  # wait until every source of the output has released its snapshot
-                if sources & loaded:
-                    affected[name] = None  # a source's snapshot arrived: every partition
+                if sources & loaded or plan.tables & bulk:
+                    # A source's snapshot arrived, or a staged transaction changed the
+                    # output's tables: every partition.
+                    affected[name] = None
                     initialized[name] = self.fingerprint(name)
                     continue
                 if initialized.get(name) != self.fingerprint(name) or not table_exists(name):
@@ -218,6 +224,42 @@ class JoinStage:
             store.rollback()
             raise
         return affected
+
+    def _apply_staged(self, commits: pd.DataFrame, stats: BatchStats) -> set[QualifiedName]:
+        """Apply each staged transaction ``commits`` names, in chunks; the tables it changed."""
+        changed: set[QualifiedName] = set()
+        for _, c in commits.iterrows():
+            source, xid = str(c["source"]), int(c["xid"])
+            n = 0
+            t0 = time.monotonic()
+            for chunk in self.store.staged(source, xid, self.spec.options.stage_chunk_rows):
+                chunk = chunk.assign(
+                    source=source,
+                    commit_lsn=int(c["commit_lsn"]),
+                    commit_ts_ms=int(c["commit_ts_ms"]),
+                    tx_seq=int(c["tx_seq"]),
+                )
+                parsed = parse_released(chunk, self.store.tables, self._used)
+                self.store.apply(parsed)
+                changed |= set(parsed)
+                n += len(chunk)
+            if n != int(c["tx_events"]):
+                raise ChangelogError(
+                    f"staged transaction {xid} of source {source} has {n} events in the replica store but "
+                    f"its END counts {int(c['tx_events'])}: the store and the checkpoint do not belong "
+                    "together. Delete both (and the output tables) to rebuild from the changelog",
+                    xid=xid,
+                )
+            self.store.unstage(source, xid)
+            stats.events += n
+            log.info(
+                "source %s: applied staged transaction %d (%d events) in %.1f s",
+                source,
+                xid,
+                n,
+                time.monotonic() - t0,
+            )
+        return changed
 
     def _load(self, loads: pd.DataFrame, stats: BatchStats) -> set[str]:
         """Bulk-load the columnar snapshots named by ``loads``' rows; the sources loaded."""

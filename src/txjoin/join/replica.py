@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 import duckdb
+import pandas as pd
 import pyarrow as pa
 
 from txjoin.cut import Cut, cuts_from_json, cuts_to_json
@@ -126,6 +127,11 @@ class ReplicaStore:
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS _pending (batch BIGINT, output VARCHAR, parts BLOB, "
             "PRIMARY KEY (batch, output))"
+        )
+        # Events of staged (large) transactions, kept until their commit row (txjoin.assemble.staging).
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS _stage (source VARCHAR, xid BIGINT, ord BIGINT, lsn BIGINT, "
+            "op VARCHAR, tbl VARCHAR, value VARCHAR, PRIMARY KEY (source, xid, ord))"
         )
         fmt = self.meta("format", None)
         if fmt is None:
@@ -315,6 +321,47 @@ class ReplicaStore:
         spec = self._spec(table)
         rows = self.db.execute(f"SELECT count(*) FROM {spec.sql_name} WHERE NOT _del").fetchall()
         return int(rows[0][0])
+
+    # -- staged transactions -----------------------------------------------------------
+    def stage(self, rows: pd.DataFrame) -> None:
+        """Keep staged events (released rows with ``tx_seq`` -1); a redelivered one is kept once."""
+        if not len(rows):
+            return
+        data = pa.table(
+            {
+                "source": pa.array(rows["source"].astype(str).tolist(), pa.string()),
+                "xid": pa.array(rows["xid"].to_numpy(), pa.int64()),
+                "ord": pa.array(rows["total_order"].to_numpy(), pa.int64()),
+                "lsn": pa.array(rows["lsn"].to_numpy(), pa.int64()),
+                "op": pa.array(rows["op"].tolist(), pa.string()),
+                "tbl": pa.array(rows["table"].tolist(), pa.string()),
+                "value": pa.array(rows["value"].tolist(), pa.string()),
+            }
+        )
+        with self._lock:
+            name = self._registered(data)
+            try:
+                self.db.execute(f"INSERT OR IGNORE INTO _stage SELECT * FROM {name}")
+            finally:
+                self.db.unregister(name)
+
+    def staged(self, source: str, xid: int, chunk_rows: int) -> Iterator[pd.DataFrame]:
+        """A staged transaction's events in position order, in chunks (bounded memory)."""
+        cur = self.db.cursor()
+        try:
+            rel = cur.sql(
+                'SELECT xid, ord AS total_order, lsn, op, tbl AS "table", value FROM _stage '
+                "WHERE source = $source AND xid = $xid ORDER BY ord",
+                params={"source": source, "xid": xid},
+            )
+            assert rel is not None
+            for batch in rel.to_arrow_reader(chunk_rows):
+                yield batch.to_pandas()
+        finally:
+            cur.close()
+
+    def unstage(self, source: str, xid: int) -> None:
+        self.db.execute("DELETE FROM _stage WHERE source = ? AND xid = ?", [source, xid])
 
     # -- applying a batch ------------------------------------------------------------
     def load_parquet(self, table: QualifiedName, files: Sequence[str | Path], lsn: int) -> int:
