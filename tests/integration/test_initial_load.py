@@ -40,6 +40,7 @@ def _query(dsn: str, sql: str) -> list[dict[str, Any]]:
     try:
         with conn.cursor() as cur:
             cur.execute(sql)
+            assert cur.description is not None
             names = [d.name for d in cur.description]
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     finally:

@@ -132,18 +132,18 @@ def test_staged_transactions_are_applied_whole_once_in_order(data: st.DataObject
         out = sink[b]
         if out.empty:
             continue
-        for row in out.itertuples(index=False):
-            if row.tx_seq < 0:
-                key = (int(row.xid), int(row.total_order))
-                assert staged.setdefault(key, row.value) == row.value, "a staged event changed"
+        for row in out.to_dict("records"):
+            if row["tx_seq"] < 0:
+                key = (int(row["xid"]), int(row["total_order"]))
+                assert staged.setdefault(key, row["value"]) == row["value"], "a staged event changed"
                 done = {x for _, x, _, _ in rebuilt}
-                assert int(row.xid) not in done, "a staged event came after its transaction's commit row"
-            elif row.op == "C":
-                mine = sorted((o, v) for (x, o), v in staged.items() if x == row.xid)
-                assert len(mine) == row.tx_events, "a staged transaction committed incomplete"
-                rebuilt += [(int(row.tx_seq), int(row.xid), o, v) for o, v in mine]
+                assert key[0] not in done, "a staged event came after its transaction's commit row"
+            elif row["op"] == "C":
+                mine = sorted((o, v) for (x, o), v in staged.items() if x == row["xid"])
+                assert len(mine) == row["tx_events"], "a staged transaction committed incomplete"
+                rebuilt += [(int(row["tx_seq"]), int(row["xid"]), o, v) for o, v in mine]
             else:
-                rebuilt.append((int(row.tx_seq), int(row.xid), int(row.total_order), row.value))
+                rebuilt.append((int(row["tx_seq"]), int(row["xid"]), int(row["total_order"]), row["value"]))
     expected = [
         (seq, tx.xid, e["total_order"], render(e)) for seq, tx in enumerate(history, start=1) for e in tx.events
     ]

@@ -53,7 +53,7 @@ COLUMNS = {
     "at": "text[]",
 }
 
-TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12) | st.sampled_from(
+TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=12) | st.sampled_from(
     ["", " ", '"', "a,b", "line\nbreak", "tab\there", "NULL", "\\", "ü€"]
 )
 FLOAT = st.floats(allow_nan=True, allow_infinity=True, width=32) | st.sampled_from([0.1, -0.0, 1e-40])
