@@ -64,6 +64,8 @@ class ChangelogInput:
     path: Path | None = None
     #: Kafka consumer options, e.g. {"kafka.bootstrap.servers": "host:9092"}.
     kafka_options: dict[str, str] = field(default_factory=dict)
+    #: Most bytes of changelog files one micro-batch reads (0: no limit).
+    max_batch_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in ("files", "kafka"):
@@ -126,7 +128,10 @@ def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
         root = Path(inp.path).absolute()
         root.mkdir(parents=True, exist_ok=True)
         glob = topic_glob(root, sources)
-        df = spark.readStream.format("text").option("pathGlobFilter", SEGMENT_GLOB).load(glob)
+        reader = spark.readStream.format("text").option("pathGlobFilter", SEGMENT_GLOB)
+        if inp.max_batch_bytes > 0:
+            reader = reader.option("maxBytesPerTrigger", str(inp.max_batch_bytes))
+        df = reader.load(glob)
         path = F.col("_metadata.file_path")
         return df.select(
             F.regexp_extract(path, _SEGMENT_RE, 1).alias("topic"),

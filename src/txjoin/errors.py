@@ -16,7 +16,8 @@ bad input also derive from the matching builtin so ``except ValueError`` works::
     │   └── IncompleteTransaction         END or events missing past the timeout
     ├── UnsupportedQuery (ValueError)     SQL that cannot be maintained incrementally
     ├── SchemaChangeError                 a source schema change breaks the join
-    └── SinkError                         a Delta table could not be written or read
+    ├── SinkError                         a Delta table could not be written or read
+    └── SparkDied                         Spark's driver process exited (out of memory...)
 
 Messages say what went wrong, where (table, xid, LSN, offset), and how to fix
 it. Errors are picklable (they cross from Spark's Python workers to the
@@ -39,6 +40,7 @@ __all__ = [
     "SlotInUse",
     "SourceError",
     "SourceUnavailable",
+    "SparkDied",
     "TransactionTooLarge",
     "TxJoinError",
     "UnsupportedQuery",
@@ -144,3 +146,7 @@ class SchemaChangeError(TxJoinError):
 
 class SinkError(TxJoinError):
     """A Delta table could not be read or written."""
+
+
+class SparkDied(TxJoinError):
+    """Spark's driver process exited under txjoin (out of memory, killed)."""

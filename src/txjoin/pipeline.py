@@ -38,9 +38,10 @@ from txjoin.join.planned import plan_outputs
 from txjoin.join.replica import ReplicaStore
 from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName
+from txjoin.session import jvm_died, jvm_exit_code
 from txjoin.sink.delta import DeltaRsStore, DeltaStore
 from txjoin.sink.publish import Publisher
-from txjoin.spec import PipelineSpec
+from txjoin.spec import PipelineSpec, memory
 
 __all__ = ["BatchStats", "Pipeline"]
 
@@ -109,9 +110,8 @@ class Pipeline:
             incomplete_timeout=opts.incomplete_timeout,
             on_incomplete=opts.on_incomplete,  # type: ignore[arg-type]
         )
-        events = read_events(
-            self.spark, ChangelogInput("files", self.spec.changelog), sorted(self.spec.sources)
-        )
+        source = ChangelogInput("files", self.spec.changelog, max_batch_bytes=memory(opts).batch_bytes)
+        events = read_events(self.spark, source, sorted(self.spec.sources))
         released = assemble_stream(events, cfg)
         writer = released.writeStream.foreachBatch(self.process_batch).option(
             "checkpointLocation", str(checkpoint or self.spec.checkpoint)
@@ -129,6 +129,7 @@ class Pipeline:
         try:
             query.awaitTermination()
         except Exception as e:
+            self._check_jvm()
             raise _unwrap(e, self.failure) from None
         finally:
             self.query = None
@@ -146,9 +147,23 @@ class Pipeline:
         self.join.close()
 
     def check(self) -> None:
-        """Raise the query's error, if it stopped with one."""
-        if self.query is not None and self.query.exception() is not None:
-            raise _unwrap(self.query.exception(), self.failure)
+        """Raise the query's error if it stopped with one, or if Spark's driver died."""
+        self._check_jvm()
+        if self.query is None:
+            return
+        try:
+            error = self.query.exception()
+        except Exception:  # the JVM went away between the two checks
+            self._check_jvm()
+            raise
+        if error is not None:
+            raise _unwrap(error, self.failure)
+
+    def _check_jvm(self) -> None:
+        code = jvm_exit_code(self.spark)
+        if code is not None:
+            mem = memory(self.spec.options)
+            raise jvm_died(code, driver_memory=mem.driver, batch_bytes=mem.batch_bytes)
 
     # -- one micro-batch ------------------------------------------------------
     def process_batch(self, df: Any, batch_id: int) -> None:

@@ -13,9 +13,9 @@ import sys
 from importlib import resources
 from typing import Any
 
-from txjoin.errors import MissingDependency
+from txjoin.errors import MissingDependency, SparkDied
 
-__all__ = ["spark_session"]
+__all__ = ["jvm_died", "jvm_exit_code", "spark_session"]
 
 
 def _java_ok() -> None:
@@ -52,6 +52,9 @@ def spark_session(
     # Java's regex engine recurses per character; Spark runs regexes over plan
     # strings that hold a recompute's rows, which overflows the default stack.
     java_opts += " -Xss32m"
+    # An OutOfMemoryError in any thread ends the JVM (exit code 3) rather than leaving a query
+    # stuck without its result thread; txjoin then reports it (txjoin.pipeline).
+    java_opts += " -XX:+ExitOnOutOfMemoryError"
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -87,3 +90,28 @@ def spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if os.environ.get("TXJOIN_SPARK_VERBOSE") == "1" else "ERROR")
     return spark
+
+
+def jvm_exit_code(spark: Any) -> int | None:
+    """The exit code of the Spark driver JVM this process started, or None while it runs."""
+    gateway = getattr(getattr(spark, "sparkContext", None), "_gateway", None)
+    proc = getattr(gateway, "proc", None)
+    code = None if proc is None else proc.poll()
+    return None if code is None else int(code)
+
+
+def jvm_died(code: int, *, driver_memory: str, batch_bytes: int) -> SparkDied:
+    """The error to report when Spark's driver JVM exited with ``code``."""
+    if code == 3:  # -XX:+ExitOnOutOfMemoryError
+        return SparkDied(
+            f"Spark's driver ran out of memory (Java heap; driver_memory is {driver_memory}): raise "
+            "options.driver_memory in the pipeline spec, or lower options.max_batch_bytes (now "
+            f"{batch_bytes >> 20} MB); the pipeline resumes from its last committed batch",
+            exit_code=code,
+            setting="driver_memory",
+        )
+    return SparkDied(
+        f"Spark's driver process exited with code {code} (see its output above); the pipeline resumes "
+        "from its last committed batch when started again",
+        exit_code=code,
+    )

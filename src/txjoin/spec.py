@@ -33,7 +33,16 @@ from txjoin.debezium.topics import validate_prefix
 from txjoin.errors import ConfigError
 from txjoin.pg.names import QualifiedName, parse_table_name
 
-__all__ = ["Options", "OutputSpec", "PipelineSpec", "SourceSpec", "load_spec"]
+__all__ = [
+    "Memory",
+    "Options",
+    "OutputSpec",
+    "PipelineSpec",
+    "SourceSpec",
+    "load_spec",
+    "machine_memory",
+    "memory",
+]
 
 
 @dataclass(frozen=True)
@@ -94,9 +103,52 @@ class Options:
     compact_after_files: int = 32
     #: Spark local cores.
     spark_cores: int = 2
+    #: Memory of Spark's driver (in local mode: all of Spark), e.g. "3g"; "" derives it from the
+    #: machine: 15% of its memory, between 1g and 4g.
+    driver_memory: str = ""
+    #: Memory the replica store (DuckDB) may use before it spills to disk; "" derives it: 5% of the
+    #: machine, between 256MB and 2GB.
+    replica_memory: str = ""
+    #: Most changelog bytes one micro-batch reads; 0 derives it: 1/200 of the machine's memory,
+    #: between 16 MB and 128 MB. A transaction larger than this is staged, not held.
+    max_batch_bytes: int = 0
     #: Recomputing every partition of an output over at least this many replica rows runs as one
     #: Spark job over Parquet exports (writing the output's files in parallel), not through the driver.
     distributed_rows: int = 100_000
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit if lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            total = min(total, int(limit))
+    except OSError:
+        pass
+    return int(total)
+
+
+def _clamp(value: float, lo: int, hi: int) -> int:
+    return int(min(max(value, lo), hi))
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The memory settings in force: the spec's, or derived from the machine."""
+
+    driver: str
+    replica: str
+    batch_bytes: int
+
+
+def memory(options: Options) -> Memory:
+    ram = machine_memory()
+    mb = 1 << 20
+    driver = options.driver_memory or f"{_clamp(ram * 0.15 / mb, 1024, 4096)}m"
+    replica = options.replica_memory or f"{_clamp(ram * 0.05 / mb, 256, 2048)}MB"
+    batch = options.max_batch_bytes or _clamp(ram / 200, 16 * mb, 128 * mb)
+    return Memory(driver, replica, batch)
 
 
 @dataclass(frozen=True)

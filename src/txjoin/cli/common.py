@@ -75,5 +75,8 @@ class Progress:
 def spark_for(spec: Any) -> Any:
     """The Spark session a pipeline spec asks for."""
     from txjoin.session import spark_session
+    from txjoin.spec import memory
 
-    return spark_session(f"txjoin-{spec.name}", cores=spec.options.spark_cores)
+    return spark_session(
+        f"txjoin-{spec.name}", cores=spec.options.spark_cores, driver_memory=memory(spec.options).driver
+    )

@@ -84,7 +84,6 @@ def _scenario(args: argparse.Namespace) -> int:
             print(f"{name:<16} {sc.description}")
         return 0
     from txjoin.scenario.run import run_scenario
-    from txjoin.session import spark_session
 
     if not args.name:
         raise TxJoinError("name the scenario to run: txjoin scenario run NAME (see 'txjoin scenario list')")
@@ -99,7 +98,7 @@ def _scenario(args: argparse.Namespace) -> int:
         print(f"running scenario {sc.name}: {sc.description}", file=sys.stderr)
     report = run_scenario(
         sc,
-        spark_factory=lambda spec: spark_session(f"txjoin-{sc.name}", cores=spec.options.spark_cores),
+        spark_factory=spark_for,
         home=home,
         txs=args.txs,
         seconds=args.seconds,

@@ -41,7 +41,7 @@ from txjoin.join.planned import Planned
 from txjoin.join.propagate import affected_partitions, closure, distinct
 from txjoin.join.replica import Partitions, ReplicaStore
 from txjoin.pg.names import QualifiedName, parse_table_name
-from txjoin.spec import PipelineSpec
+from txjoin.spec import PipelineSpec, memory
 
 __all__ = ["Affected", "Applied", "BatchStats", "JoinStage", "Recomputed"]
 
@@ -100,7 +100,12 @@ class JoinStage:
         self.planned = planned
         self.plans = planned.plans
         self.spark = spark
-        self.store = ReplicaStore(spec.replicas, planned.replica_tables())
+        self.store = ReplicaStore(
+            spec.replicas,
+            planned.replica_tables(),
+            memory_limit=memory(spec.options).replica,
+            threads=spec.options.spark_cores,
+        )
         self.engine = SparkEngine(spark, planned.tables)
         self._used = planned.used_by_table()
         self._compute = duckdb.connect()  # Arrow-only work: the result guard
