@@ -136,10 +136,18 @@ class Pipeline:
         if query.exception() is not None:
             raise _unwrap(query.exception(), self.failure)
 
-    def stop(self) -> None:
-        if self.query is not None:
-            self.query.stop()
-            self.query = None
+    def stop(self, wait: float = 120.0) -> None:
+        """Stop the query, letting a running micro-batch finish first (up to ``wait`` seconds):
+        stopped mid-batch, the batch would be replayed on restart anyway, but noisily."""
+        if self.query is None:
+            return
+        deadline = time.monotonic() + wait
+        while self.query.isActive and self.query.status.get("isTriggerActive"):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.query.stop()
+        self.query = None
 
     def close(self) -> None:
         """Stop the query and close the replica store."""

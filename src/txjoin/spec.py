@@ -170,7 +170,7 @@ class PipelineSpec:
 
     @property
     def replicas(self) -> Path:
-        return self.state_dir / "replicas.sqlite"
+        return self.state_dir / "replicas.duckdb"
 
     def source_of(self, table: QualifiedName) -> SourceSpec:
         for s in self.sources.values():

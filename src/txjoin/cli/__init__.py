@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,7 +21,7 @@ from txjoin import __version__
 from txjoin.cli import pipeline, source, testing
 from txjoin.errors import TxJoinError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "command", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,3 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"txjoin: error: {type(e).__name__}: {text} (run with --debug for details)", file=sys.stderr)
         return 1
 
+
+def command() -> None:
+    """The ``txjoin`` executable: :func:`main`, then exit without tearing down the interpreter.
+
+    Everything txjoin writes is committed explicitly before ``main`` returns; what teardown
+    would add is Spark's callback threads still running and DuckDB's bindings reporting the
+    objects those threads hold as leaks.
+    """
+    rc = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

@@ -1,7 +1,5 @@
 """``python -m txjoin.cli``: the same as the ``txjoin`` command."""
 
-import sys
+from txjoin.cli import command
 
-from txjoin.cli import main
-
-sys.exit(main())
+command()

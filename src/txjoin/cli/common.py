@@ -50,18 +50,47 @@ def progress_wanted() -> bool:
 
 
 class Progress:
-    """A status line on stderr every few seconds while long work runs."""
+    """A status line on stderr while long work runs: redrawn in place on a terminal, a plain
+    line every ``every`` seconds otherwise. ``line()`` returning "" shows nothing; ``done()``
+    returning true ends the display."""
 
-    def __init__(self, line: Callable[[], str], *, quiet: bool = False, every: float = 5.0) -> None:
+    def __init__(
+        self,
+        line: Callable[[], str],
+        *,
+        quiet: bool = False,
+        every: float = 10.0,
+        done: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.line = line
-        self.quiet = quiet or not progress_wanted()
-        self.every = every
+        self.quiet = quiet
+        self.done = done
+        self.tty = sys.stderr.isatty()
+        self.every = 0.5 if self.tty else every
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+        self._width = 0
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            print(f"  {time.strftime('%H:%M:%S')} {self.line()}", file=sys.stderr, flush=True)
+        while not self._stop.wait(self.every) and not self.done():
+            try:
+                text = self.line()
+            except Exception as e:  # a display must never stop the work it shows
+                text = f"(progress unavailable: {e})"
+            if not text:
+                continue
+            if self.tty:
+                text = text[:200]
+                print("\r  " + text.ljust(self._width), end="", file=sys.stderr, flush=True)
+                self._width = len(text)
+            else:
+                print(f"  {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+        self._end()
+
+    def _end(self) -> None:
+        if self.tty and self._width:
+            print(file=sys.stderr, flush=True)
+            self._width = 0
 
     def __enter__(self) -> Progress:
         if not self.quiet:
@@ -70,6 +99,8 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)
 
 
 def spark_for(spec: Any) -> Any:

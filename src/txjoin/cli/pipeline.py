@@ -13,7 +13,8 @@ import logging
 import threading
 from typing import Any
 
-from txjoin.cli.common import install_stop_signals, spark_for
+from txjoin.cli.common import Progress, install_stop_signals, spark_for
+from txjoin.cli.progress import load_status
 from txjoin.debezium.lsn import format_lsn
 from txjoin.errors import TxJoinError
 from txjoin.runner import CaptureThreads
@@ -42,19 +43,37 @@ def _run(args: argparse.Namespace) -> int:
                 b.seconds,
             )
 
+    running: dict[str, Any] = {}
+
+    def status() -> str:
+        return load_status(running.get("captures"), running.get("pipeline"), running.get("spark"))
+
+    def loaded() -> bool:
+        p = running.get("pipeline")
+        return p is not None and bool(p.history) and not status()
+
     if args.once:
-        spark = spark_for(spec)
-        pipeline = Pipeline(spec, spark, on_batch=on_batch)
-        pipeline.run_available()
-        _summary(pipeline)
+        running["spark"] = spark = spark_for(spec)
+        running["pipeline"] = once = Pipeline(spec, spark, on_batch=on_batch)
+        try:
+            with Progress(status, quiet=args.quiet, done=loaded):
+                once.run_available()
+        finally:
+            once.close()
+        _summary(once)
         return 0
     install_stop_signals(stop, "stopping after the current micro-batch")
     captures = None if args.no_capture else CaptureThreads(spec)
-    if captures is not None:
-        captures.start()
+    running["captures"] = captures
+    progress = Progress(status, quiet=args.quiet, done=loaded).__enter__()
+    pipeline: Any = None
     try:
-        spark = spark_for(spec)
-        pipeline = Pipeline(spec, spark, on_batch=on_batch)
+        if captures is not None:
+            captures.start()
+        running["spark"] = spark = spark_for(spec)
+        # PySpark's SparkContext replaces the SIGINT handler with one that raises at once.
+        install_stop_signals(stop, "stopping after the current micro-batch")
+        running["pipeline"] = pipeline = Pipeline(spec, spark, on_batch=on_batch)
         pipeline.start()
         log.info(
             "pipeline %s running: outputs %s; Ctrl-C stops it", spec.name, ", ".join(sorted(spec.outputs))
@@ -65,6 +84,9 @@ def _run(args: argparse.Namespace) -> int:
                 captures.check()
         pipeline.stop()
     finally:
+        progress.__exit__()
+        if pipeline is not None:
+            pipeline.close()
         if captures is not None:
             captures.stop()
     _summary(pipeline)

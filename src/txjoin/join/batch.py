@@ -74,6 +74,19 @@ class BatchStats:
         return now
 
 
+@dataclass
+class LoadProgress:
+    """An initial load's progress in the join stage, per table (read while it runs)."""
+
+    #: "apply" while snapshots are loaded into the replicas, "recompute" while outputs are computed.
+    phase: str = ""
+    total: dict[str, int] = field(default_factory=dict)
+    applied: dict[str, int] = field(default_factory=dict)
+    #: Output -> rows written by its full recompute.
+    written: dict[str, int] = field(default_factory=dict)
+    started: float = 0.0
+
+
 @dataclass(frozen=True)
 class Applied:
     """A batch's effect, durable in the replica store before anything is published."""
@@ -108,6 +121,8 @@ class JoinStage:
         )
         self.engine = SparkEngine(spark, planned.tables)
         self._used = planned.used_by_table()
+        #: The initial load's progress (progress displays).
+        self.progress = LoadProgress()
         self._compute = duckdb.connect()  # Arrow-only work: the result guard
 
     def check_plans(self) -> None:
@@ -269,14 +284,24 @@ class JoinStage:
     def _load(self, loads: pd.DataFrame, stats: BatchStats) -> set[str]:
         """Bulk-load the columnar snapshots named by ``loads``' rows; the sources loaded."""
         done: set[str] = set()
-        for source, ref in zip(loads["source"], loads["value"], strict=True):
-            manifest = read_manifest(self.spec.changelog, str(ref))
+        manifests = [
+            (str(source), str(ref), read_manifest(self.spec.changelog, str(ref)))
+            for source, ref in zip(loads["source"], loads["value"], strict=True)
+        ]
+        if manifests:
+            self.progress = LoadProgress("apply", started=time.monotonic())
+            for _, _, m in manifests:
+                self.progress.total.update(m.rows)
+        for source, ref, manifest in manifests:
             for table_text, files in manifest.files.items():
                 name = parse_table_name(table_text)
                 if name not in self.store.tables:
                     continue  # captured but not used by any output
                 t0 = time.monotonic()
-                n = self.store.load_parquet(name, files, manifest.lsn)
+                n = 0
+                for f in files:  # file by file: progress shows as it goes
+                    n += self.store.load_parquet(name, [f], manifest.lsn, first=n)
+                    self.progress.applied[table_text] = n
                 log.info(
                     "source %s: loaded %d rows of %s into the replicas in %.1f s",
                     source,
@@ -292,7 +317,9 @@ class JoinStage:
                         table=str(name),
                     )
                 stats.events += n
-            done.add(str(source))
+            done.add(source)
+        if manifests:
+            self.progress.phase = "recompute"
         return done
 
     # -- recompute ----------------------------------------------------------------
@@ -328,9 +355,9 @@ class JoinStage:
             rows_per_file=max(10_000, self.spec.options.output_file_bytes // 64),
         )
         stats.add_time("recompute", t0)
-        log.info(
-            "output %s: recomputed in full on Spark: %d rows in %.1f s", output, rows, time.monotonic() - t0
-        )
+        self.progress.written[output] = rows
+        seconds = time.monotonic() - t0
+        log.info("output %s: recomputed in full on Spark: %d rows in %.1f s", output, rows, seconds)
         return files, schema
 
     def _typed(self, plan: OutputPlan, parts: Partitions) -> pa.Table:

@@ -207,8 +207,15 @@ def _duck() -> duckdb.DuckDBPyConnection:
     """
     if not _duck_con:
         _duck_con.append(duckdb.connect())
-        atexit.register(_duck_con[0].close)
+        atexit.register(_close_duck)
     return _duck_con[0]
+
+
+def _close_duck() -> None:
+    with _duck_lock:
+        for con in _duck_con:
+            con.close()
+        _duck_con.clear()
 
 
 _AFTER = "coalesce(json_keys(v, '$.after'), json_keys(v, '$.payload.after'))"

@@ -364,8 +364,10 @@ class ReplicaStore:
         self.db.execute("DELETE FROM _stage WHERE source = ? AND xid = ?", [source, xid])
 
     # -- applying a batch ------------------------------------------------------------
-    def load_parquet(self, table: QualifiedName, files: Sequence[str | Path], lsn: int) -> int:
-        """Bulk-load a snapshot's Parquet files of ``table`` (rows at position ``(lsn, row number)``).
+    def load_parquet(
+        self, table: QualifiedName, files: Sequence[str | Path], lsn: int, *, first: int = 0
+    ) -> int:
+        """Bulk-load a snapshot's Parquet files of ``table`` (positions ``(lsn, first + row number)``).
 
         Must run inside the batch's transaction, before any change of the table.
         """
@@ -379,8 +381,8 @@ class ReplicaStore:
         try:
             self.db.execute(
                 f"INSERT INTO {spec.sql_name} ({names}, _lsn, _ord, _del) "
-                f"SELECT {reads}, ?, row_number() OVER (), false FROM read_parquet({file_list})",
-                [lsn],
+                f"SELECT {reads}, ?, ? + row_number() OVER (), false FROM read_parquet({file_list})",
+                [lsn, first],
             )
         except duckdb.ConstraintException as e:
             raise ChangelogError(
