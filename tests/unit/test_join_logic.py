@@ -314,3 +314,34 @@ def test_pending_partitions_round_trip(tmp_path: Path) -> None:
     assert pending["o"].to_pylist() == [{"id": 1}, {"id": 2}]
     assert s.last_batch == 4
     assert s.cuts() == {"s": Cut(5)}
+
+
+def _staged_rows(xid: int, orders: range) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "source": "s", "xid": xid, "total_order": list(orders), "lsn": [1000 + o for o in orders],
+            "op": "u", "table": "public.orders", "value": [f'{{"after": {{"id": {o}}}}}' for o in orders],
+        }
+    )  # fmt: skip
+
+
+def test_staged_events_are_read_back_whole_inside_the_batch_that_stages_the_last_ones(tmp_path: Path) -> None:
+    # A large transaction's last events arrive in the batch that commits it:
+    # reading them back must see what this uncommitted transaction staged.
+    p = plan("SELECT o.id, o.note FROM orders o", ["id"])
+    s = store_for(p, tmp_path / "r.duckdb")
+    s.begin()
+    s.stage(_staged_rows(7, range(1, 8)))
+    s.commit(1, {}, {})
+    s.begin()
+    s.stage(_staged_rows(7, range(5, 12)))  # 5..7 redelivered: kept once
+    s.stage(_staged_rows(8, range(1, 3)))  # another transaction's events stay apart
+    chunks = list(s.staged("s", 7, 3))
+    assert [len(c) for c in chunks] == [3, 3, 3, 2]
+    assert [o for c in chunks for o in c["total_order"]] == list(range(1, 12))
+    s.unstage("s", 7)
+    assert list(s.staged("s", 7, 3)) == []
+    s.rollback()
+    assert sum(len(c) for c in s.staged("s", 7, 100)) == 7  # the committed batch's events

@@ -313,7 +313,7 @@ class ReplicaStore:
         try:
             rel = cur.sql(f"SELECT {_select(spec, select)} FROM {spec.sql_name} r WHERE NOT r._del")
             assert rel is not None
-            yield from rel.to_arrow_reader(batch_rows)
+            yield from rel.fetch_arrow_reader(batch_rows)
         finally:
             cur.close()
 
@@ -346,19 +346,23 @@ class ReplicaStore:
                 self.db.unregister(name)
 
     def staged(self, source: str, xid: int, chunk_rows: int) -> Iterator[pd.DataFrame]:
-        """A staged transaction's events in position order, in chunks (bounded memory)."""
-        cur = self.db.cursor()
-        try:
-            rel = cur.sql(
-                'SELECT xid, ord AS total_order, lsn, op, tbl AS "table", value FROM _stage '
-                "WHERE source = $source AND xid = $xid ORDER BY ord",
-                params={"source": source, "xid": xid},
-            )
-            assert rel is not None
-            for batch in rel.to_arrow_reader(chunk_rows):
-                yield batch.to_pandas()
-        finally:
-            cur.close()
+        """A staged transaction's events in position order, in chunks (bounded memory).
+
+        Reads on the batch's own connection, page by page: a cursor would be
+        another connection, blind to events staged earlier in this transaction.
+        """
+        last = -1
+        while True:
+            with self._lock:
+                chunk = self.db.sql(
+                    'SELECT xid, ord AS total_order, lsn, op, tbl AS "table", value FROM _stage '
+                    f"WHERE source = $source AND xid = $xid AND ord > $last ORDER BY ord LIMIT {int(chunk_rows)}",
+                    params={"source": source, "xid": xid, "last": last},
+                ).to_arrow_table()
+            if not chunk.num_rows:
+                return
+            last = int(chunk.column("total_order")[-1].as_py())
+            yield chunk.to_pandas()
 
     def unstage(self, source: str, xid: int) -> None:
         self.db.execute("DELETE FROM _stage WHERE source = ? AND xid = ?", [source, xid])
