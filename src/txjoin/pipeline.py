@@ -151,8 +151,13 @@ class Pipeline:
 
     def close(self) -> None:
         """Stop the query and close the replica store."""
-        self.stop()
-        self.join.close()
+        try:
+            if jvm_exit_code(self.spark) is None:  # a dead driver has no query left to stop
+                self.stop()
+            else:
+                self.query = None
+        finally:
+            self.join.close()
 
     def check(self) -> None:
         """Raise the query's error if it stopped with one, or if Spark's driver died."""
