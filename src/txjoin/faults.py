@@ -11,6 +11,14 @@ Points:
   partitions are durable in the replica store; no output commit yet.
 - ``after-output-commit``: one output's Delta commit for the batch is done,
   the others' are not.
+- ``snapshot-chunk``: capture wrote one more Parquet chunk of the initial
+  snapshot; its manifest is not written yet.
+- ``load-file``: the join stage loaded one more snapshot file into the
+  replicas, inside the batch's uncommitted transaction.
+- ``staged-chunk``: the join stage applied one more chunk of a staged
+  transaction, inside the batch's uncommitted transaction.
+- ``full-files-written``: Spark wrote an output's full recompute into its
+  table's directory; the Delta commit naming those files is not made yet.
 """
 
 from __future__ import annotations

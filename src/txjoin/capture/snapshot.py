@@ -40,6 +40,7 @@ from txjoin.capture.writer import ChangelogWriter
 from txjoin.debezium import envelope
 from txjoin.debezium.arrow import from_text, value_type
 from txjoin.debezium.lsn import format_lsn
+from txjoin.faults import crash_point
 from txjoin.pg.catalog import Table, describe
 from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import QualifiedName, quote_ident
@@ -244,6 +245,7 @@ def _read_all(
                         files.setdefault(chunk.table, []).append(f"{path.parent.name}/{path.name}")
                         progress.read[str(chunk.table)] += rows.num_rows
                     on_rows(rows.num_rows)
+                    crash_point("snapshot-chunk")
         except BaseException as e:
             errors.append(e)
         finally:

@@ -263,6 +263,7 @@ class JoinStage:
                 self.store.apply(parsed)
                 changed |= set(parsed)
                 n += len(chunk)
+                crash_point("staged-chunk")
             if n != int(c["tx_events"]):
                 raise ChangelogError(
                     f"staged transaction {xid} of source {source} has {n} events in the replica store but "
@@ -302,6 +303,7 @@ class JoinStage:
                 for f in files:  # file by file: progress shows as it goes
                     n += self.store.load_parquet(name, [f], manifest.lsn, first=n)
                     self.progress.applied[table_text] = n
+                    crash_point("load-file")
                 log.info(
                     "source %s: loaded %d rows of %s into the replicas in %.1f s",
                     source,

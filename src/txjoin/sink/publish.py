@@ -97,6 +97,7 @@ class Publisher:
             cut = self._cut(name, applied.cuts)
             if parts is None and join.distributed(name):
                 files, schema = join.recompute_files(name, path / f"txjoin-{batch_id:010d}", stats)
+                crash_point("full-files-written")
                 t0 = time.monotonic()
                 version = self.delta.commit_files(
                     path,
