@@ -147,11 +147,14 @@ def _fast(spec: TableSpec, values: pd.Series) -> pa.Table | None:
     after = pa.struct([(n, value_type(t)) for n, t in spec.columns])
     before = pa.struct([(k, value_type(spec.types[k])) for k in spec.primary_key])
     schema = pa.schema([("op", pa.string()), ("before", before), ("after", after)])
-    data = "\n".join(values.tolist()).encode()
+    texts = values.tolist()
+    data = "\n".join(texts).encode()
+    # Blocks of about 1 MB parse on several threads; a block must hold the longest record.
+    longest = max((len(t) for t in texts), default=0) * 4 + 2
     try:
         parsed = pajson.read_json(
             io.BytesIO(data),
-            read_options=pajson.ReadOptions(block_size=max(1 << 20, len(data) + 1)),
+            read_options=pajson.ReadOptions(block_size=max(1 << 20, longest)),
             parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError):

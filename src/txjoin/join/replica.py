@@ -90,6 +90,13 @@ class TableSpec:
     def types(self) -> dict[str, ColumnType]:
         return dict(self.columns)
 
+    @property
+    def secondary(self) -> list[str]:
+        """Columns with an ART index of their own (scalars; a single-column key has its own)."""
+        single_pk = set(self.primary_key[:1] if len(self.primary_key) == 1 else ())
+        types = self.types
+        return sorted(c for c in self.indexed - single_pk if not types[c].is_array)
+
     def schema(self, columns: Iterable[str] | None = None) -> pa.Schema:
         """Arrow schema of the Debezium values of ``columns`` (default: all)."""
         types = self.types
@@ -112,9 +119,13 @@ class ReplicaStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tables = {t.name: t for t in tables}
         try:
-            self.db = duckdb.connect(
-                str(self.path), config={"memory_limit": memory_limit, "threads": max(1, threads)}
-            )
+            # Checkpoints (which rewrite changed row groups) every GB of WAL, not every 16 MB.
+            config: dict[str, str | bool | int | float | list[str]] = {
+                "memory_limit": memory_limit,
+                "threads": max(1, threads),
+                "checkpoint_threshold": "1GB",
+            }
+            self.db = duckdb.connect(str(self.path), config=config)
         except duckdb.Error as e:
             raise ChangelogError(
                 f"cannot open the replica store {self.path}: {e}. Another txjoin process may be running "
@@ -159,11 +170,7 @@ class ReplicaStore:
         for n, t in spec.columns:
             if "c__" + n not in existing:  # a column added at the source since
                 self.db.execute(f"ALTER TABLE {spec.sql_name} ADD COLUMN {_c(n)} {_duck_type(value_type(t))}")
-        types = spec.types
-        single_pk = set(spec.primary_key[:1] if len(spec.primary_key) == 1 else ())
-        for c in sorted(spec.indexed - single_pk):
-            if types[c].is_array:
-                continue  # element lookups scan the lists (list_has_any); ART indexes take scalars
+        for c in spec.secondary:  # element lookups scan the lists (list_has_any)
             idx = _q(f"i__{spec.name.schema}__{spec.name.table}__{c}")
             self.db.execute(f"CREATE INDEX IF NOT EXISTS {idx} ON {spec.sql_name} ({_c(c)})")
 
@@ -355,8 +362,8 @@ class ReplicaStore:
         while True:
             with self._lock:
                 chunk = self.db.sql(
-                    'SELECT xid, ord AS total_order, lsn, op, tbl AS "table", value FROM _stage '
-                    f"WHERE source = $source AND xid = $xid AND ord > $last ORDER BY ord LIMIT {int(chunk_rows)}",
+                    'SELECT xid, ord AS total_order, lsn, op, tbl AS "table", value FROM _stage WHERE '
+                    f"source = $source AND xid = $xid AND ord > $last ORDER BY ord LIMIT {int(chunk_rows)}",
                     params={"source": source, "xid": xid, "last": last},
                 ).to_arrow_table()
             if not chunk.num_rows:
@@ -451,6 +458,14 @@ class ReplicaStore:
         on = " AND ".join(f"r.{_c(c)} = w.{_q(c)}" for c in pk)
         newer = "(w._lsn > r._lsn OR (w._lsn = r._lsn AND w._ord > r._ord))"
         part = ", ".join(f"w.{_q(c)}" for c in pk)
+
+        def value(c: str) -> str:  # a delete leaves a tombstone: key only
+            return f"w.{_q(c)}" if c in pk else f"(CASE WHEN w._op = 'd' THEN NULL ELSE w.{_q(c)} END)"
+
+        # Rows whose indexed columns keep their values are updated in place (3x
+        # cheaper than delete + insert, which DuckDB needs when an index changes).
+        same = " AND ".join(f"r.{_c(c)} IS NOT DISTINCT FROM {value(c)}" for c in spec.secondary) or "true"
+        sets = ", ".join(f"{_c(c)} = {value(c)}" for c in cols if c not in pk and c not in spec.secondary)
         with self._lock:
             name = self._registered(batch.select([*cols, "_op", "_lsn", "_ord"]))
             try:
@@ -458,15 +473,17 @@ class ReplicaStore:
                     f"(SELECT * FROM {name} w QUALIFY row_number() OVER "
                     f"(PARTITION BY {part} ORDER BY w._lsn DESC, w._ord DESC) = 1)"
                 )
-                self.db.execute(f"DELETE FROM {spec.sql_name} r USING {latest} w WHERE {on} AND {newer}")
-                values = ", ".join(
-                    f"w.{_q(c)}" if c in pk else f"CASE WHEN w._op = 'd' THEN NULL ELSE w.{_q(c)} END"
-                    for c in cols
-                )
+                table = spec.sql_name
                 self.db.execute(
-                    f"INSERT INTO {spec.sql_name} ({', '.join(_c(c) for c in cols)}, _lsn, _ord, _del) "
-                    f"SELECT {values}, w._lsn, w._ord, w._op = 'd' FROM {latest} w "
-                    f"WHERE NOT EXISTS (SELECT 1 FROM {spec.sql_name} r WHERE {on})"
+                    f"UPDATE {table} AS r SET {sets + ', ' if sets else ''}_lsn = w._lsn, _ord = w._ord, "
+                    f"_del = w._op = 'd' FROM {latest} w WHERE {on} AND {newer} AND {same}"
+                )
+                if spec.secondary:
+                    self.db.execute(f"DELETE FROM {table} r USING {latest} w WHERE {on} AND {newer}")
+                self.db.execute(
+                    f"INSERT INTO {table} ({', '.join(_c(c) for c in cols)}, _lsn, _ord, _del) "
+                    f"SELECT {', '.join(value(c) for c in cols)}, w._lsn, w._ord, w._op = 'd' "
+                    f"FROM {latest} w WHERE NOT EXISTS (SELECT 1 FROM {table} r WHERE {on})"
                 )
             finally:
                 self.db.unregister(name)
