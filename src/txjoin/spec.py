@@ -55,11 +55,19 @@ class SourceSpec:
     tables: tuple[QualifiedName, ...]
     slot: str = ""
     publication: str = ""
+    #: Connections reading the initial snapshot in parallel, and the size of a chunk each reads.
+    snapshot_workers: int = 2
+    snapshot_chunk_mb: int = 64
 
     def capture_config(self, changelog: Path, **overrides: Any) -> CaptureConfig:
+        settings: dict[str, Any] = {
+            "snapshot_workers": self.snapshot_workers,
+            "snapshot_chunk_mb": self.snapshot_chunk_mb,
+            **overrides,
+        }
         return CaptureConfig(
             dsn=self.dsn, tables=self.tables, changelog=changelog, prefix=self.name,
-            slot=self.slot, publication=self.publication, **overrides,
+            slot=self.slot, publication=self.publication, **settings,
         )  # fmt: skip
 
 
@@ -109,8 +117,8 @@ class Options:
     #: Memory the replica store (DuckDB) may use before it spills to disk; "" derives it: 5% of the
     #: machine, between 256MB and 2GB.
     replica_memory: str = ""
-    #: Most changelog bytes one micro-batch reads; 0 derives it: 1/200 of the machine's memory,
-    #: between 16 MB and 128 MB. A transaction larger than this is staged, not held.
+    #: Most changelog bytes one micro-batch reads; 0 derives it: 1/400 of the machine's memory,
+    #: between 16 MB and 64 MB. A transaction larger than this is staged, not held.
     max_batch_bytes: int = 0
     #: Recomputing every partition of an output over at least this many replica rows runs as one
     #: Spark job over Parquet exports (writing the output's files in parallel), not through the driver.
@@ -147,7 +155,7 @@ def memory(options: Options) -> Memory:
     mb = 1 << 20
     driver = options.driver_memory or f"{_clamp(ram * 0.15 / mb, 1024, 4096)}m"
     replica = options.replica_memory or f"{_clamp(ram * 0.05 / mb, 256, 2048)}MB"
-    batch = options.max_batch_bytes or _clamp(ram / 200, 16 * mb, 128 * mb)
+    batch = options.max_batch_bytes or _clamp(ram / 400, 16 * mb, 64 * mb)
     return Memory(driver, replica, batch)
 
 
@@ -206,7 +214,8 @@ def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | N
     for sname, s in raw_sources.items():
         where = f"{origin}: [sources.{sname}]"
         validate_prefix(sname)
-        _check_keys(s, {"dsn", "dsn_env", "tables", "slot", "publication"}, where)
+        allowed = {"dsn", "dsn_env", "tables", "slot", "publication", "snapshot_workers", "snapshot_chunk_mb"}
+        _check_keys(s, allowed, where)
         if "dsn" in s:
             dsn = str(s["dsn"])
         elif "dsn_env" in s:
@@ -219,7 +228,13 @@ def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | N
         tables = tuple(parse_table_name(t) for t in _req(s, "tables", where, list))
         if not tables:
             raise ConfigError(f"{where}: tables is empty")
-        sources[sname] = SourceSpec(sname, dsn, tables, str(s.get("slot", "")), str(s.get("publication", "")))
+        sizes = {k: s[k] for k in ("snapshot_workers", "snapshot_chunk_mb") if k in s}
+        for k, v in sizes.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{where}: {k} must be a positive integer, not {v!r}")
+        sources[sname] = SourceSpec(
+            sname, dsn, tables, str(s.get("slot", "")), str(s.get("publication", "")), **sizes
+        )
     seen: dict[QualifiedName, str] = {}
     for s in sources.values():
         for t in s.tables:

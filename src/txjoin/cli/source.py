@@ -56,6 +56,8 @@ def _capture(args: argparse.Namespace) -> int:
         roll_bytes=args.roll_bytes,
         heartbeat_interval=args.heartbeat_interval,
         ack_interval=args.ack_interval,
+        snapshot_workers=args.snapshot_workers,
+        snapshot_chunk_mb=args.snapshot_chunk_mb,
     )
     stop = threading.Event()
     install_stop_signals(stop)
@@ -157,6 +159,12 @@ def add_commands(sub: Any) -> None:
         type=float,
         default=0.0,
         help="minimum seconds between acknowledgements to the server",
+    )
+    cap.add_argument(
+        "--snapshot-workers", type=int, default=2, help="connections reading the initial snapshot in parallel"
+    )
+    cap.add_argument(
+        "--snapshot-chunk-mb", type=int, default=64, help="heap megabytes each snapshot read takes at a time"
     )
     cap.add_argument("--quiet", action="store_true", help="no progress lines")
     cap.set_defaults(func=_capture)
