@@ -1,11 +1,12 @@
 """`make bench`: every benchmark, each beside its baseline, into bench/RESULTS.md.
 
-Runs bench.capture, bench.assemble, bench.join, bench.e2e and
-bench.consistency one after the other (each in its own process, so one's Spark session or PostgreSQL cannot
-slow the next), then writes bench/RESULTS.md (a summary table, per-stage
-tables, the commands) and one PNG plot per figure under bench/plots/.
+Runs bench.capture, bench.assemble, bench.apply, bench.join, bench.size,
+bench.e2e and bench.consistency one after the other (each in its own
+process, so one's Spark session or PostgreSQL cannot slow the next), then
+writes bench/RESULTS.md (a summary table, per-stage tables, the commands)
+and one PNG plot per figure under bench/plots/.
 
-    .venv/bin/python -m bench                 # the full suite (about 45 minutes on 2 cores)
+    .venv/bin/python -m bench                 # the full suite (about 90 minutes on 2 cores)
     .venv/bin/python -m bench --quick         # smaller sizes, for a smoke run
     .venv/bin/python -m bench --only join,e2e # some stages; the others keep their last figures
 """
@@ -34,15 +35,24 @@ def commands(quick: bool) -> dict[str, list[str]]:
         return {
             "capture": ["bench.capture", "--events", "60000", "--runs", "3"],
             "assemble": ["bench.assemble", "--events", "60000", "--runs", "3"],
+            "apply": ["bench.apply", "--rows", "200000", "--batch", "50000", "--batches", "3"],
             "join": ["bench.join", "--sizes", "10000,100000", "--patterns", "recent", "--batches", "6"],
+            "size": [
+                "bench.size", "--sizes", "200000", "--runs", "1", "--big", "40000", "--big-at", "200000",
+            ],
             "e2e": ["bench.e2e", "--runs", "3", "--seconds", "10"],
             "consistency": ["bench.consistency", "--txs", "60"],
         }
     return {
         "capture": ["bench.capture", "--events", "300000", "--runs", "3"],
         "assemble": ["bench.assemble", "--events", "400000", "--runs", "3", "--million"],
+        "apply": ["bench.apply", "--rows", "1000000", "--batch", "100000", "--batches", "5"],
         "join": [
             "bench.join", "--sizes", "10000,100000,1000000", "--patterns", "recent,uniform", "--batches", "8",
+        ],
+        "size": [
+            "bench.size", "--sizes", "1000000,10000000", "--runs", "3",
+            "--big", "2000000", "--big-at", "10000000",
         ],
         "e2e": ["bench.e2e", "--runs", "3", "--seconds", "30"],
         "consistency": ["bench.consistency", "--txs", "200"],
@@ -97,6 +107,39 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
                 "read + decode only: " + rng(a["read_per_s"]), rng(r, ".2f"), ">= 50,000/s and >= 0.5",
                 "yes" if ok else "no",
             ))  # fmt: skip
+    if "apply" in f:
+        a = f["apply"]
+        r = ratio(a["txjoin_per_s"], a["rowwise_per_s"])
+        rows.append((
+            f"apply stage alone ({a['rows']:,} orders, {a['batch']:,} row changes per batch), changes/s",
+            rng(a["txjoin_per_s"]), "per-row path it replaced: " + rng(a["rowwise_per_s"]), rng(r, ".1f"),
+            ">= 100,000/s", "yes" if med(a["txjoin_per_s"]) >= 100_000 else "no",
+        ))  # fmt: skip
+    if "size" in f:
+        for z in f["size"]["sizes"]:
+            r = [t / med(z["ctas_s"]) for t in z["first_version_s"]]
+            rows.append((
+                f"first version of orders JOIN clients, {z['rows']:,} orders, s",
+                rng(z["first_version_s"], ",.1f"),
+                f"PostgreSQL CREATE TABLE AS: {rng(z['ctas_s'], '.1f')}; Spark batch rebuild: "
+                f"{rng(z['spark_s'], '.1f')}", f"{rng(r, '.1f')}x CTAS", "<= 10x CTAS at 10M",
+                ("yes" if med(r) <= 10 else "no") if z["rows"] >= 10_000_000 else "",
+            ))  # fmt: skip
+            peak = max(z["peak_rss_gib"])
+            rows.append((
+                f"peak memory of txjoin's processes (Python + JVM), {z['rows']:,} orders, first version",
+                f"{rng(z['peak_rss_gib'], '.2f')} GiB", "", "", "<= 6 GiB", "yes" if peak <= 6 else "no",
+            ))  # fmt: skip
+            b = z.get("big")
+            if b:
+                ok = b["torn_versions"] == 0 and b["moves"] == 1 and b["big_peak_rss_gib"] <= 6
+                rows.append((
+                    f"one transaction updating {b['big']:,} rows on {z['rows']:,} orders",
+                    f"visible after {b['big_visible_s']:.0f} s, peak {b['big_peak_rss_gib']:.2f} GiB; "
+                    f"{b['torn_versions']} torn of {b['versions']} versions",
+                    f"sum(amount) {b['sum_before']} -> {b['sum_after']} in {b['moves']} step(s)", "",
+                    "none or all at every version; <= 6 GiB", "yes" if ok else "no",
+                ))  # fmt: skip
     if "join" in f:
         for pattern, sizes in f["join"].items():
             if pattern.startswith("_") or len(sizes) < 2:
@@ -275,6 +318,18 @@ def details(f: dict[str, Any]) -> list[str]:
                     f"({stages}); full recompute {rng(s['full_s'], '.2f')} s; rebuild from the replicas "
                     f"{med(s['rebuild_s']):.2f} s"
                 )
+    if "size" in f:
+        for z in f["size"]["sizes"]:
+            snap = [x for x in z["snapshot_s"] if x is not None]
+            out.append(
+                f"- Size {z['rows']:,} orders ({z['rows'] // 20:,} clients): txjoin's first version "
+                f"{rng(z['first_version_s'], ',.1f')} s, of which the snapshot took "
+                f"{rng(snap, '.1f') if snap else '?'} s and the replica load {rng(z['load_s'], '.1f')} s; "
+                f"PostgreSQL CREATE TABLE AS {rng(z['ctas_s'], '.1f')} s; Spark batch rebuild from Parquet "
+                f"{rng(z['spark_s'], '.1f')} s ({rng(z['spark_job_s'], '.1f')} s "
+                f"without starting Spark; the COPY export to Parquet took {z['export_s']:.0f} s more); "
+                f"txjoin exited with {sorted(set(z['exit_codes']))} on SIGTERM."
+            )  # fmt: skip
     if "e2e" in f:
         e = f["e2e"]
         t = e["throughput"]
@@ -314,7 +369,7 @@ def render(f: dict[str, Any], made: list[str]) -> str:
     for row in summary_rows(f):
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "## Details", "", *details(f), "", "## Commands", ""]
-    for stage in ("capture", "assemble", "join", "e2e", "consistency"):
+    for stage in ("capture", "assemble", "apply", "join", "size", "e2e", "consistency"):
         if stage in f:
             lines.append(f"- {stage}: `{f[stage]['_command']}` ({f[stage]['_seconds'] / 60:.1f} min)")
     if made:
@@ -331,7 +386,9 @@ def main() -> None:
     ap.add_argument(
         "--quick", action="store_true", help="smaller sizes (a smoke run; figures are not comparable)"
     )
-    ap.add_argument("--only", help="comma-separated stages: capture, assemble, join, e2e, consistency")
+    ap.add_argument(
+        "--only", help="comma-separated stages: capture, assemble, apply, join, size, e2e, consistency"
+    )
     ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from bench/figures.json")
     args = ap.parse_args()
     figures: dict[str, Any] = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}

@@ -8,6 +8,7 @@ import platform
 import shutil
 import statistics
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,13 +38,75 @@ def bench_postgres(fsync: bool = False) -> Iterator[EmbeddedPostgres]:
 def bench_spark(app: str, prefix: str, **spark_conf: Any) -> Iterator[tuple[Any, Path]]:
     """A Spark session and a scratch directory, both gone afterwards."""
     spark = spark_session(app, **spark_conf)
+    try:
+        with bench_dir(prefix) as home:
+            yield spark, home
+    finally:
+        spark.stop()
+
+
+@contextmanager
+def bench_dir(prefix: str) -> Iterator[Path]:
+    """A scratch directory, gone afterwards."""
     home = Path(tempfile.mkdtemp(prefix=prefix))
     home.chmod(0o755)  # embedded PostgreSQL may run as another user below it
     try:
-        yield spark, home
+        yield home
     finally:
-        spark.stop()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def tree_rss(root: int) -> int:
+    """Resident bytes of process ``root`` and all its descendants (from /proc)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            parents[int(entry)] = int(fields[1])
+            rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    total, todo, seen = 0, [root], set()
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
+
+
+class PeakMemory:
+    """Peak resident memory of a process tree, sampled every ``interval`` seconds."""
+
+    def __init__(self, root: int, interval: float = 0.1) -> None:
+        self.root = root
+        self.peak = 0
+        self._interval = interval
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.peak = max(self.peak, tree_rss(self.root))
+            if self._stop.wait(self._interval):
+                return
+
+    def __enter__(self) -> PeakMemory:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
 
 
 def write_figures(path: Path | None, figures: Any) -> None:
