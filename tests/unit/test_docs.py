@@ -1,5 +1,6 @@
-"""The README names only commands, scenarios and make targets that exist, and
-docker-compose.yml carries the settings txjoin needs."""
+"""The README names only commands, scenarios, settings (with their defaults)
+and make targets that exist, and docker-compose.yml carries the settings
+txjoin needs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import yaml
 
 from txjoin.cli import build_parser
 from txjoin.scenario.definition import find_scenarios
+from txjoin.spec import Options, SourceSpec
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
@@ -48,9 +50,21 @@ def test_every_command_the_readme_names_exists() -> None:
 def test_every_scenario_the_readme_names_exists() -> None:
     found = find_scenarios(ROOT / "scenarios")
     named = set(re.findall(r"txjoin scenario run ([a-z_]+)", README))
-    named |= set(re.findall(r"(?m)^\| `([a-z_]+)` \|", README))
+    named |= set(re.findall(r"(?m)^\| `([a-z_]+)` \|", README)) - set(Options.__dataclass_fields__)
     assert {"pizzeria", "two_databases", "ledger"} <= named
     assert named <= set(found), f"README names scenarios that do not exist: {named - set(found)}"
+
+
+def test_every_setting_the_readme_lists_exists_with_its_default() -> None:
+    table = README.split("| setting | default |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"(?m)^\| `(\[sources\.X\] )?([a-z_]+)` \| ([^|]+) \|", table)
+    assert len(rows) >= 9
+    for source, name, default in rows:
+        fields = (SourceSpec if source else Options).__dataclass_fields__
+        assert name in fields, f"README lists setting {name!r}, which {'sources' if source else 'options'} lack"
+        value = fields[name].default
+        if isinstance(value, int) and value:  # 0 and "" mean derived: the README gives the rule
+            assert default.strip() == str(value), f"README says {name} defaults to {default.strip()}"
 
 
 def test_every_make_target_the_readme_names_exists() -> None:
