@@ -17,7 +17,8 @@ bad input also derive from the matching builtin so ``except ValueError`` works::
     ├── UnsupportedQuery (ValueError)     SQL that cannot be maintained incrementally
     ├── SchemaChangeError                 a source schema change breaks the join
     ├── SinkError                         a Delta table could not be written or read
-    └── SparkDied                         Spark's driver process exited (out of memory...)
+    ├── SparkDied                         Spark's driver process exited (out of memory...)
+    └── OutOfMemory                       txjoin's own process ran out (replicas, Python)
 
 Messages say what went wrong, where (table, xid, LSN, offset), and how to fix
 it. Errors are picklable (they cross from Spark's Python workers to the
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "IncompleteTransaction",
     "MissingDependency",
+    "OutOfMemory",
     "ProtocolError",
     "SchemaChangeError",
     "SinkError",
@@ -150,3 +152,7 @@ class SinkError(TxJoinError):
 
 class SparkDied(TxJoinError):
     """Spark's driver process exited under txjoin (out of memory, killed)."""
+
+
+class OutOfMemory(TxJoinError):
+    """txjoin's own process ran out of memory (the replica store, or Python)."""

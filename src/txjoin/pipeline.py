@@ -35,7 +35,7 @@ from txjoin.errors import TxJoinError
 from txjoin.join.batch import BatchStats, JoinStage
 from txjoin.join.plan import OutputPlan
 from txjoin.join.planned import plan_outputs
-from txjoin.join.replica import ReplicaStore
+from txjoin.join.replica import ReplicaStore, out_of_memory
 from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName
 from txjoin.session import jvm_died, jvm_exit_code
@@ -193,7 +193,11 @@ class Pipeline:
             if self.on_batch is not None:
                 self.on_batch(stats)
         except BaseException as e:
-            self.failure = e  # Spark passes it on as text; keep the object for the caller
+            mem = memory(self.spec.options)
+            oom = out_of_memory(e, replica_memory=mem.replica, batch_bytes=mem.batch_bytes)
+            self.failure = oom or e  # Spark passes it on as text; keep the object for the caller
+            if oom is not None:
+                raise oom from e
             raise
 
 

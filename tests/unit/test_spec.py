@@ -46,3 +46,27 @@ def test_memory_is_derived_within_bounds_unless_set() -> None:
     assert 256 <= int(m.replica.removesuffix("MB")) <= 2048
     set_ = memory(Options(driver_memory="2g", replica_memory="300MB", max_batch_bytes=5 << 20))
     assert (set_.driver, set_.replica, set_.batch_bytes) == ("2g", "300MB", 5 << 20)
+
+
+def test_running_out_of_memory_names_the_setting_to_raise(tmp_path: Path) -> None:
+    import duckdb
+
+    from txjoin.join.replica import out_of_memory
+
+    con = duckdb.connect(config={"memory_limit": "20MB", "threads": 1})
+    try:
+        con.sql("SELECT list(range) FROM range(50000000) GROUP BY range % 7").fetchall()
+        raised: BaseException | None = None
+    except duckdb.OutOfMemoryException as e:
+        raised = e
+    finally:
+        con.close()
+    assert raised is not None, "DuckDB did not run out of memory at 20MB"
+    e = out_of_memory(raised, replica_memory="20MB", batch_bytes=32 << 20)
+    assert e is not None
+    assert "replica_memory is 20MB" in str(e)
+    assert "raise options.replica_memory" in str(e)
+    py = out_of_memory(MemoryError(), replica_memory="1GB", batch_bytes=32 << 20)
+    assert py is not None
+    assert "max_batch_bytes (now 32 MB)" in str(py)
+    assert out_of_memory(ValueError("x"), replica_memory="1GB", batch_bytes=1) is None

@@ -38,12 +38,12 @@ import pyarrow as pa
 
 from txjoin.cut import Cut, cuts_from_json, cuts_to_json
 from txjoin.debezium.arrow import value_type
-from txjoin.errors import ChangelogError, ConfigError
+from txjoin.errors import ChangelogError, ConfigError, OutOfMemory
 from txjoin.join.changes import TOAST, resolve_toast
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
-__all__ = ["FORMAT", "Partitions", "ReplicaStore", "TableSpec"]
+__all__ = ["FORMAT", "Partitions", "ReplicaStore", "TableSpec", "out_of_memory"]
 
 #: Output partitions: a table of anchor-column values (Debezium values); None means all.
 Partitions: TypeAlias = pa.Table
@@ -492,6 +492,24 @@ class ReplicaStore:
         """Stored rows (live) of the keys of ``batch``'s rows, by key (for unchanged TOASTed values)."""
         rows = self.rows_by_keys(spec.name, batch.select(list(spec.primary_key)))
         return {tuple(r[c] for c in spec.primary_key): r for r in rows.to_pylist()}
+
+
+def out_of_memory(e: BaseException, *, replica_memory: str, batch_bytes: int) -> OutOfMemory | None:
+    """The one-line error for ``e`` if it is the replica store or Python running out of memory."""
+    if isinstance(e, duckdb.OutOfMemoryException):
+        return OutOfMemory(
+            f"the replica store (DuckDB) ran out of memory (replica_memory is {replica_memory}): raise "
+            "options.replica_memory in the pipeline spec; the pipeline resumes from its last committed batch",
+            setting="replica_memory",
+        )
+    if isinstance(e, MemoryError):
+        return OutOfMemory(
+            "txjoin's driver process ran out of memory (Python): lower options.max_batch_bytes (now "
+            f"{batch_bytes >> 20} MB) or options.stage_chunk_rows, or give the process more memory; the "
+            "pipeline resumes from its last committed batch",
+            setting="max_batch_bytes",
+        )
+    return None
 
 
 def _ipc(table: pa.Table) -> bytes:
