@@ -48,7 +48,7 @@ def test_memory_is_derived_within_bounds_unless_set() -> None:
     assert (set_.driver, set_.replica, set_.batch_bytes) == ("2g", "300MB", 5 << 20)
 
 
-def test_running_out_of_memory_names_the_setting_to_raise(tmp_path: Path) -> None:
+def test_running_out_of_memory_names_the_setting_to_raise() -> None:
     import duckdb
 
     from txjoin.join.replica import out_of_memory
@@ -62,10 +62,10 @@ def test_running_out_of_memory_names_the_setting_to_raise(tmp_path: Path) -> Non
     finally:
         con.close()
     assert raised is not None, "DuckDB did not run out of memory at 20MB"
-    e = out_of_memory(raised, replica_memory="20MB", batch_bytes=32 << 20)
-    assert e is not None
-    assert "replica_memory is 20MB" in str(e)
-    assert "raise options.replica_memory" in str(e)
+    duck = out_of_memory(raised, replica_memory="20MB", batch_bytes=32 << 20)
+    assert duck is not None
+    assert "replica_memory is 20MB" in str(duck)
+    assert "raise options.replica_memory" in str(duck)
     py = out_of_memory(MemoryError(), replica_memory="1GB", batch_bytes=32 << 20)
     assert py is not None
     assert "max_batch_bytes (now 32 MB)" in str(py)
