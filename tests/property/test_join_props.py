@@ -143,7 +143,7 @@ def test_version_check_reports_a_torn_version(pg_server: EmbeddedPostgres, tmp_p
             "meta test spec",
         )
         t0 = QualifiedName("public", "t0")
-        plans = {"out": plan_output("out", sql, ["k0"], {t0: TableInfo(t0, "src", ("id", "v"), ("id",))})}
+        plans = {"out": plan_output("out", sql, ["k0"], {t0: TableInfo(t0, "src", ("id", "v"), ("id",), {"id": "int4", "v": "int4"})})}
         oracle = oracle_for(spec, plans)
         conn = psycopg2.connect(dsn)
         for xid, stmt in ((100, "INSERT INTO t0 VALUES (1, 1)"), (101, "UPDATE t0 SET v = 2")):

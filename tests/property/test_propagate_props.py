@@ -44,7 +44,8 @@ def _plan(schema: Schema) -> OutputPlan:
     infos = {}
     for t in range(schema.n):
         name = QualifiedName("public", f"t{t}")
-        infos[name] = TableInfo(name, "src", ("id", "v", "g", *schema.ref_columns(t)), ("id",))
+        cols = ("id", "v", "g", *schema.ref_columns(t))
+        infos[name] = TableInfo(name, "src", cols, ("id",), dict.fromkeys(cols, "int4"))
     return plan_output("out", schema.sql(with_json=False), schema.key(), infos)
 
 

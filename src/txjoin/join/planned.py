@@ -29,6 +29,7 @@ def table_info(table: Table) -> TableInfo:
         table.column_names,
         table.primary_key,
         types={c.name: c.type.label for c in table.columns},
+        collations={c.name: c.collation for c in table.columns if c.collation},
     )
 
 

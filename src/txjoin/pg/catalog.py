@@ -30,6 +30,10 @@ class Column:
     #: ``format_type()``: 'numeric(8,2)', 'integer[]' ('' when not read from a catalog).
     formatted: str = ""
     not_null: bool = False
+    #: The collation deciding this text column's order: 'C', 'POSIX', an ICU
+    #: locale ('en-US') or a libc one ('en_US.utf8'); the database's for
+    #: 'default'. '' for types without collation.
+    collation: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,12 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s
 """
 _COLUMNS_SQL = """
-SELECT a.attname, a.atttypid, ty.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull
+SELECT a.attname, a.atttypid, ty.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       CASE WHEN a.attcollation = 0 THEN '' WHEN co.collname = 'default' THEN %s
+            WHEN co.collprovider = 'i' THEN coalesce(to_jsonb(co) ->> 'colliculocale', co.collcollate)
+            WHEN co.collname IN ('C', 'POSIX', 'ucs_basic') THEN 'C' ELSE co.collcollate END
 FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
+LEFT JOIN pg_collation co ON co.oid = a.attcollation
 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 ORDER BY a.attnum
 """
@@ -106,6 +114,15 @@ LEFT JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n
 LEFT JOIN pg_attribute fa ON fa.attrelid = c.confrelid AND fa.attnum = c.confkey[k.i]
 WHERE c.conrelid = %s AND c.contype IN ('p', 'u', 'c', 'f')
 ORDER BY c.contype, c.conname, k.i
+"""
+
+
+# The database's default collation (ICU locale or libc LC_COLLATE), across versions.
+_DB_COLLATION_SQL = """
+SELECT CASE WHEN to_jsonb(d) ->> 'datlocprovider' = 'i'
+            THEN coalesce(to_jsonb(d) ->> 'daticulocale', to_jsonb(d) ->> 'datlocale')
+            WHEN d.datcollate IN ('C', 'POSIX') THEN 'C' ELSE d.datcollate END
+FROM pg_database d WHERE d.datname = current_database()
 """
 
 
@@ -134,6 +151,9 @@ def describe(
     """
     out: dict[QualifiedName, Table] = {}
     with conn.cursor() as cur:
+        cur.execute(_DB_COLLATION_SQL)
+        row = cur.fetchone()
+        default_collation = str(row[0]) if row is not None and row[0] is not None else "C"
         for t in tables:
             cur.execute(_CLASS_SQL, (t.schema, t.table))
             row = cur.fetchone()
@@ -148,10 +168,10 @@ def describe(
                     f"{t} on {where} is not a table (relkind {kind!r}); only tables can be captured",
                     table=str(t),
                 )
-            cur.execute(_COLUMNS_SQL, (oid,))
+            cur.execute(_COLUMNS_SQL, (default_collation, oid))
             columns = tuple(
-                Column(n, ColumnType(int(toid), tname, int(mod)), formatted, _true(nn))
-                for n, toid, tname, mod, formatted, nn in cur.fetchall()
+                Column(n, ColumnType(int(toid), tname, int(mod)), formatted, _true(nn), str(coll or ""))
+                for n, toid, tname, mod, formatted, nn, coll in cur.fetchall()
             )
             cur.execute(_PRIMARY_KEY_SQL, (oid,))
             pk = tuple(r[0] for r in cur.fetchall())

@@ -22,9 +22,13 @@ Translation is sqlglot's (PostgreSQL -> Spark) plus rewrites: deterministic
 different value, integer division, casts, ``round(float)`` and ``avg``
 (docs/types.md).
 
+Default deny: :mod:`.allowlist` lists every function, operator, cast,
+aggregate and column type an output's SQL may use, with PostgreSQL's
+semantics; anything else is refused when the spec loads.
+
 Modules: :mod:`.model` (what callers consume), :mod:`.analysis`
-(:func:`plan_output`), :mod:`.typerules` (PostgreSQL type rules),
-:mod:`.translate` (Spark SQL).
+(:func:`plan_output`), :mod:`.allowlist` (what the SQL may use, expression
+types), :mod:`.typerules` (key spellings), :mod:`.translate` (Spark SQL).
 """
 
 from txjoin.join.plan.analysis import plan_output

@@ -33,6 +33,9 @@ class TableInfo:
     #: 'numeric(10,2)', 'bpchar(3)'. Columns left out have an unknown type and
     #: get no type-aware translation or checks.
     types: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: Column -> collation ordering its text ('C', an ICU or libc locale);
+    #: text columns left out order as under 'C'.
+    collations: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

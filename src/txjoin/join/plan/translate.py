@@ -11,6 +11,7 @@ import functools
 from sqlglot import exp
 
 from txjoin.errors import UnsupportedQuery
+from txjoin.join.plan.allowlist import pg_type
 from txjoin.join.plan.model import Analysis, any_array, refuse
 from txjoin.join.plan.typerules import (
     AVG_SCALE,
@@ -21,7 +22,6 @@ from txjoin.join.plan.typerules import (
     base_type,
     cast_type,
     numeric_ps,
-    pg_type,
 )
 
 __all__ = ["translate"]
@@ -210,6 +210,9 @@ def translate(
     tree.set("expressions", new_exprs)
 
     def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Collate):
+            inner: exp.Expression = node.this  # only COLLATE "C" passes: Spark's own byte order
+            return inner
         if isinstance(node, exp.Anonymous) and node.name.upper() in (
             "JSON_BUILD_OBJECT",
             "JSONB_BUILD_OBJECT",

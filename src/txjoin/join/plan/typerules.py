@@ -25,7 +25,6 @@ __all__ = [
     "check_edge_types",
     "check_group_types",
     "numeric_ps",
-    "pg_type",
 ]
 
 INT_TYPES = ("int2", "int4", "int8")  # all written as JSON numbers
@@ -181,58 +180,3 @@ def cast_type(to: exp.DataType) -> str | None:
             return "numeric"
         return f"numeric({params[0]},{params[1] if len(params) > 1 else 0})"
     return _CAST_TYPES.get(to.this)
-
-
-def _promote(types: Iterable[str | None]) -> str | None:
-    """The type PostgreSQL gives arithmetic (or CASE/COALESCE) over ``types``."""
-    bases = [None if t is None else base_type(t) for t in types]
-    if not bases or any(b is None for b in bases):
-        return None
-    if all(b in INT_TYPES for b in bases):
-        return max(bases, key=lambda b: INT_TYPES.index(b or ""))
-    numeric_family = (*INT_TYPES, *FLOAT_TYPES, "numeric")
-    if not all(b in numeric_family for b in bases):
-        return bases[0] if len(set(bases)) == 1 else None
-    if any(b in FLOAT_TYPES for b in bases):
-        return "float4" if all(b == "float4" for b in bases) else "float8"
-    return "numeric"
-
-
-def pg_type(node: exp.Expression, a: Analysis) -> str | None:
-    """The PostgreSQL type of ``node`` where it is plain to see; None when unknown."""
-    if isinstance(node, exp.Paren):
-        return pg_type(node.this, a)
-    if isinstance(node, exp.Column):
-        info = a.aliases.get(node.table)
-        return info.types.get(node.name) if info is not None else None
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            return None  # 'unknown' until PostgreSQL resolves it from its context
-        if node.this.isdigit():
-            v = int(node.this)
-            return "int4" if v < 2**31 else "int8" if v < 2**63 else "numeric"
-        return "numeric"  # 2.5 and 1e3 are numeric constants in PostgreSQL
-    if isinstance(node, exp.Cast):
-        return cast_type(node.to)
-    if isinstance(node, exp.Neg | exp.Abs | exp.Max | exp.Min):
-        return pg_type(node.this, a)
-    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.Mod):
-        return _promote([pg_type(node.this, a), pg_type(node.expression, a)])
-    if isinstance(node, exp.Count):
-        return "int8"
-    if isinstance(node, exp.Length):
-        return "int4"
-    if isinstance(node, exp.Sum | exp.Avg):
-        arg = pg_type(node.this, a)
-        base = None if arg is None else base_type(arg)
-        if base in FLOAT_TYPES:
-            return base if isinstance(node, exp.Sum) else "float8"
-        if isinstance(node, exp.Sum) and base in ("int2", "int4"):
-            return "int8"
-        return "numeric" if base in (*INT_TYPES, "numeric") else None
-    if isinstance(node, exp.Coalesce):
-        return _promote([pg_type(x, a) for x in [node.this, *node.expressions]])
-    if isinstance(node, exp.Case):
-        branches = [i.args.get("true") for i in node.args.get("ifs") or []] + [node.args.get("default")]
-        return _promote([pg_type(b, a) for b in branches if b is not None and not isinstance(b, exp.Null)])
-    return None

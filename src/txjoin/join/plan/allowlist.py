@@ -1,0 +1,598 @@
+"""What an output's SQL may use, and nothing else (default deny).
+
+Every function, operator, cast, aggregate and column type the planner
+accepts is an :class:`Entry` here, with PostgreSQL's semantics and how txjoin
+computes them on Spark; :func:`check` refuses anything else when the spec
+loads, naming the construct and the output. :func:`pg_type` infers each
+expression's PostgreSQL type from the same entries, so an entry's argument
+types are checked too. README's "What an output's SQL may use" is generated
+from :data:`ENTRIES` (``python -m txjoin.join.plan.allowlist``), and the
+conformance suite (tests/property/test_conformance.py) runs a differential
+case for every entry on PostgreSQL and through txjoin's Spark translation.
+"""
+
+# ruff: noqa: E501  (ENTRIES reads as a table, one construct per line)
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlglot import exp
+
+from txjoin.join.plan.model import Analysis, refuse
+from txjoin.join.plan.typerules import FLOAT_TYPES, INT_TYPES, base_type, cast_type
+
+__all__ = ["ENTRIES", "Entry", "check", "entry_for", "markdown", "pg_type", "type_class"]
+
+Kind = Literal["type", "operator", "function", "aggregate", "cast"]
+Typer = Callable[[Sequence[str]], "str | None"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: Kind
+    #: As PostgreSQL spells it: '/', 'lower', 'sum', 'integer -> numeric', 'timestamptz'.
+    name: str
+    #: The operand types it takes, for readers: 'integer, integer'.
+    args: str
+    #: PostgreSQL's behaviour, and how txjoin computes the same on Spark.
+    semantics: str
+    #: Result type from operand types (type labels, see :func:`type_class`); None: not these operands.
+    typer: Typer
+
+    @property
+    def id(self) -> str:
+        """What the conformance suite keys its cases by."""
+        return f"{self.kind} {self.name} ({self.args})" if self.args else f"{self.kind} {self.name}"
+
+
+# -- type classes -----------------------------------------------------------------
+
+_CLASSES = {
+    **{t: "int" for t in INT_TYPES},
+    **{t: "float" for t in FLOAT_TYPES},
+    "numeric": "numeric",
+    "text": "text",
+    "varchar": "text",
+    "bpchar": "bpchar",
+    "bool": "bool",
+    "date": "date",
+    "timestamp": "timestamp",
+    "timestamptz": "timestamptz",
+    "time": "time",
+    "uuid": "uuid",
+    "json": "json",
+    "jsonb": "jsonb",
+    "bytea": "bytea",
+}
+#: Array element types an output may read.
+_ARRAY_ELEMENTS = ("int", "text", "bool", "uuid")
+UNKNOWN = "unknown"  # a string constant: PostgreSQL types it from its context
+NULL = "null"
+
+
+def type_class(t: str) -> str | None:
+    """'int', 'numeric', 'float', 'text', 'bpchar', 'enum', 'array', ...; None: not supported."""
+    if t in (UNKNOWN, NULL):
+        return t
+    if t.startswith("enum:"):
+        return "enum"
+    if t.startswith("_"):
+        element = type_class(t[1:])
+        return "array" if element in _ARRAY_ELEMENTS else None
+    return _CLASSES.get(base_type(t))
+
+
+_NUMBERS = ("int", "numeric", "float")
+_ORDERED = (*_NUMBERS, "text", "bool", "date", "timestamp", "timestamptz", "uuid")
+
+
+def promote(types: Sequence[str]) -> str | None:
+    """The type PostgreSQL resolves for arithmetic, CASE, COALESCE... over ``types`` (None: refuse)."""
+    known = [t for t in types if t not in (NULL, UNKNOWN)]
+    if not known:
+        return "text" if UNKNOWN in types else NULL
+    classes = {type_class(t) for t in known}
+    if UNKNOWN in types and not classes <= {"text", "enum"}:
+        return None  # PostgreSQL reads the constant as the other side's type; Spark casts differently
+    if classes <= {"int"}:
+        return max(known, key=lambda t: INT_TYPES.index(t))
+    if classes <= set(_NUMBERS):
+        if "float" in classes:
+            return "float4" if all(t == "float4" for t in known) else "float8"
+        return known[0] if len(set(known)) == 1 else "numeric"
+    if classes <= {"text"}:
+        return "text" if len(set(known)) > 1 else known[0]
+    if len(set(known)) == 1:
+        return known[0]
+    return None
+
+
+# -- typers -----------------------------------------------------------------------
+
+
+def _of(*classes: str, result: str | Callable[[Sequence[str]], str | None] | None = None) -> Typer:
+    """Operands all of ``classes`` (string constants allowed where text is); result
+    ``result`` (a type, a function of the operands) or, by default, their promotion."""
+
+    def typer(args: Sequence[str]) -> str | None:
+        for t in args:
+            c = type_class(t)
+            if c == NULL:
+                continue
+            if c == UNKNOWN:
+                if "text" not in classes:
+                    return None
+            elif c not in classes:
+                return None
+        if result is None:
+            return promote(args)
+        return result if isinstance(result, str) else result(args)
+
+    return typer
+
+
+def _comparison(ordering: bool) -> Typer:
+    def typer(args: Sequence[str]) -> str | None:
+        p = promote(args)
+        if p is None:
+            return None
+        c = type_class(p)
+        allowed = _ORDERED if ordering else (*_ORDERED, "bpchar", "enum", "bytea", "time")
+        return "bool" if c in (*allowed, NULL) else None
+
+    return typer
+
+
+def _int_div(args: Sequence[str]) -> str | None:
+    p = promote(args)
+    return p if p is not None and type_class(p) in ("int", "float") else None
+
+
+def _sum(args: Sequence[str]) -> str | None:
+    t = args[0]
+    c = type_class(t)
+    if c == "int":
+        return "int8" if t in ("int2", "int4") else "numeric"
+    return "numeric" if c == "numeric" else None
+
+
+def _first(args: Sequence[str]) -> str | None:
+    return args[0] if args else None
+
+
+def _round(args: Sequence[str]) -> str | None:
+    c = type_class(args[0])
+    if len(args) == 2:
+        return "numeric" if c in ("int", "numeric") and type_class(args[1]) == "int" else None
+    if c == "int":
+        return "numeric"
+    return "float8" if c == "float" else ("numeric" if c == "numeric" else None)
+
+
+def _any(result: str) -> Typer:
+    return lambda args: result
+
+
+def _array_of(args: Sequence[str]) -> str | None:
+    return f"_{args[0]}" if type_class(args[0]) in _ARRAY_ELEMENTS else None
+
+
+# -- the entries ------------------------------------------------------------------
+
+_E = Entry
+_NUM = "integer, numeric(p,s) or double precision (mixed types promote as in PostgreSQL)"
+ENTRIES: tuple[Entry, ...] = (
+    # Column types (an output may read a column only of these types).
+    _E("type", "smallint, integer, bigint", "", "Spark SMALLINT / INT / BIGINT; overflow raises an error in both.", _any("int4")),
+    _E("type", "numeric(p,s)", "", "Spark DECIMAL(p,s) (p <= 38); a value that does not fit stops the pipeline, never rounds.", _any("numeric")),
+    _E("type", "numeric", "", "Spark DECIMAL(38,18); a value with more digits stops the pipeline, never rounds.", _any("numeric")),
+    _E("type", "real, double precision", "", "Spark FLOAT / DOUBLE.", _any("float8")),
+    _E("type", "boolean", "", "Spark BOOLEAN.", _any("bool")),
+    _E("type", "text, varchar(n)", "", "Spark STRING, compared byte for byte (the source's collation decides ordering: see collations).", _any("text")),
+    _E("type", "char(n)", "", "Spark STRING with PostgreSQL's padding; only = and <> between char(n) of one length (other uses ignore trailing blanks in PostgreSQL).", _any("bpchar")),
+    _E("type", "date", "", "Spark DATE.", _any("date")),
+    _E("type", "timestamp", "", "Spark TIMESTAMP_NTZ, microseconds.", _any("timestamp")),
+    _E("type", "timestamptz", "", "Spark TIMESTAMP (an instant), microseconds.", _any("timestamptz")),
+    _E("type", "uuid", "", "Spark STRING in PostgreSQL's lower-case form.", _any("uuid")),
+    _E("type", "bytea", "", "Spark BINARY.", _any("bytea")),
+    _E("type", "json, jsonb", "", "Spark STRING holding the JSON text; output as is.", _any("jsonb")),
+    _E("type", "arrays of integer, text, boolean, uuid", "", "Spark ARRAY (one dimension; NULL elements kept).", _any("_int4")),
+    _E("type", "enum", "", "Spark STRING holding the label; equality only (ordering by label would differ).", _any("enum:e")),
+    # Operators.
+    _E("operator", "+", _NUM, "Spark +; integer overflow raises an error in both.", _of(*_NUMBERS)),
+    _E("operator", "-", _NUM, "Spark -; also unary minus.", _of(*_NUMBERS)),
+    _E("operator", "*", _NUM, "Spark *; decimal products keep every digit (no precision loss).", _of(*_NUMBERS)),
+    _E("operator", "/", "integer or double precision operands", "Integers truncate toward zero (`CAST(a DIV b AS INT)`); floats divide; division by zero raises an error in both. Numeric division is refused: PostgreSQL chooses each quotient's scale from its operands' values.", _int_div),
+    _E("operator", "%", "integer, integer", "Spark %: the result has the dividend's sign, as in PostgreSQL.", _of("int")),
+    _E("operator", "=, <>", "two values of one type", "Spark = / <>; text compares byte for byte (equal under the deterministic collations txjoin accepts).", _comparison(ordering=False)),
+    _E("operator", "<, <=, >, >=", "numbers, C-collated text, boolean, date, timestamp, timestamptz, uuid", "Spark's comparison; text only under the C collation (see collations).", _comparison(ordering=True)),
+    _E("operator", "AND, OR, NOT", "boolean", "Three-valued logic, the same in both.", _of("bool", result="bool")),
+    _E("operator", "IS [NOT] DISTINCT FROM", "two values of one type", "= / <> with NULL as a value, in both.", _comparison(ordering=False)),
+    _E("operator", "IS [NOT] NULL", "any", "The same in both.", _any("bool")),
+    _E("operator", "IN (list)", "values of one type", "As = over each element; NULL when no match and a NULL element, in both.", _comparison(ordering=False)),
+    _E("operator", "BETWEEN", "as <=", "x >= a AND x <= b.", _comparison(ordering=True)),
+    _E("operator", "LIKE", "text, text constant", "Spark LIKE with the same `%`, `_` and backslash escape.", _of("text", result="bool")),
+    _E("operator", "||", "text, text", "Concatenation; NULL if either side is NULL, in both.", _of("text", result="text")),
+    _E("operator", "= ANY(array)", "a value, an array of its type", "array_contains; NULL when not found and the array has a NULL element is treated as false (WHERE and joins only).", _any("bool")),
+    _E("operator", 'COLLATE "C"', "text", 'Orders text by its bytes (code points), as Spark does: write `x COLLATE "C"` to order text of a database whose collation is not C.', _of("text", result="text")),
+    _E("operator", "CASE", "boolean conditions, results of one type", "Spark CASE; result types promote as in PostgreSQL.", lambda args: promote(args)),
+    # Functions.
+    _E("function", "coalesce", "values of one type", "Spark COALESCE.", lambda args: promote(args)),
+    _E("function", "nullif", "two values of one type", "Spark NULLIF.", lambda args: args[0] if promote(args) is not None else None),
+    _E("function", "greatest, least", "numbers, date, timestamp, timestamptz", "NULL arguments are ignored, in both.", _of(*_NUMBERS, "date", "timestamp", "timestamptz")),
+    _E("function", "abs", "a number", "Spark ABS.", _of(*_NUMBERS, result=_first)),
+    _E("function", "round", "numeric or integer [, integer]; double precision", "Half away from zero for numeric (Spark ROUND on decimals); double precision rounds half to even (Spark BROUND).", _round),
+    _E("function", "length, char_length", "text", "Characters (code points), as Spark LENGTH.", _of("text", result="int4")),
+    _E("function", "lower, upper", "text", "ASCII letters change in both; other characters as Unicode's simple case mapping (checked by the conformance suite).", _of("text", result="text")),
+    # Casts (source -> target).
+    _E("cast", "integer -> integer", "", "Overflow raises an error in both.", _any("int4")),
+    _E("cast", "numeric -> integer", "", "Rounds half away from zero: `CAST(ROUND(x) AS INT)`.", _any("int4")),
+    _E("cast", "double precision -> integer", "", "rint(): half to even, `CAST(BROUND(x) AS INT)`.", _any("int4")),
+    _E("cast", "integer or numeric -> numeric", "", "numeric(p,s) rounds half away from zero; bare numeric keeps every digit (DECIMAL(38,18)).", _any("numeric")),
+    _E("cast", "integer or numeric -> double precision", "", "Nearest double, in both.", _any("float8")),
+    _E("cast", "integer -> text", "", "Decimal digits, in both.", _any("text")),
+    _E("cast", "text, varchar, enum, uuid -> text", "", "The same characters.", _any("text")),
+    _E("cast", "boolean -> text", "", "'true' / 'false', in both.", _any("text")),
+    _E("cast", "timestamp -> date", "", "The date part, in both.", _any("date")),
+    _E("cast", "date -> timestamp", "", "Midnight of that date, in both.", _any("timestamp")),
+    # Aggregates.
+    _E("aggregate", "count", "*, a value, DISTINCT a value", "Spark COUNT; bigint in both.", _any("int8")),
+    _E("aggregate", "sum", "integer or numeric", "Exact (bigint sum of smallint/integer, numeric of bigint); NULL over no rows. Sums of double precision are refused: their last digits depend on the order rows are added.", _sum),
+    _E("aggregate", "min, max", "numbers, C-collated text, boolean, date, timestamp, timestamptz", "Spark MIN / MAX; text only under the C collation.", lambda args: args[0] if type_class(args[0]) in _ORDERED else None),
+    _E("aggregate", "bool_and, bool_or", "boolean", "Spark BOOL_AND / BOOL_OR.", _of("bool", result="bool")),
+    _E("aggregate", "json_agg", "integer, numeric, text, boolean [ORDER BY ...]", "A JSON array in the ORDER BY's order (without ORDER BY compared as a multiset); NULL over no rows.", _of("int", "numeric", "text", "bool", result="json")),
+    _E("aggregate", "array_agg", "integer, text, boolean, uuid [ORDER BY ...]", "An array in the ORDER BY's order (without ORDER BY compared as a multiset); NULL over no rows.", _array_of),
+    _E("aggregate", "string_agg", "text, text constant ORDER BY ...", "Joined in the ORDER BY's order; NULLs skipped; NULL over no non-NULL values.", _of("text", result="text")),
+    _E("function", "json_build_object, jsonb_build_object", "text keys; integer, numeric, text, boolean values", "A JSON object; values of other types are refused (their JSON text differs).", _of("int", "numeric", "text", "bool", result="json")),
+)  # fmt: skip
+
+_BY_KEY: dict[tuple[str, str], Entry] = {}
+for _e in ENTRIES:
+    for _n in _e.name.replace(" -> ", "->").split(", ") if _e.kind != "cast" else [_e.name]:
+        _BY_KEY.setdefault((_e.kind, _n.strip()), _e)
+
+#: sqlglot node -> (kind, name) of its entry.
+_NODES: dict[type[exp.Expression], tuple[Kind, str]] = {
+    exp.Add: ("operator", "+"),
+    exp.Sub: ("operator", "-"),
+    exp.Neg: ("operator", "-"),
+    exp.Mul: ("operator", "*"),
+    exp.Div: ("operator", "/"),
+    exp.Mod: ("operator", "%"),
+    exp.EQ: ("operator", "="),
+    exp.NEQ: ("operator", "<>"),
+    exp.LT: ("operator", "<"),
+    exp.LTE: ("operator", "<="),
+    exp.GT: ("operator", ">"),
+    exp.GTE: ("operator", ">="),
+    exp.NullSafeEQ: ("operator", "IS [NOT] DISTINCT FROM"),
+    exp.NullSafeNEQ: ("operator", "IS [NOT] DISTINCT FROM"),
+    exp.And: ("operator", "AND"),
+    exp.Or: ("operator", "OR"),
+    exp.Not: ("operator", "NOT"),
+    exp.In: ("operator", "IN (list)"),
+    exp.Between: ("operator", "BETWEEN"),
+    exp.Like: ("operator", "LIKE"),
+    exp.DPipe: ("operator", "||"),
+    exp.Case: ("operator", "CASE"),
+    exp.Collate: ("operator", 'COLLATE "C"'),
+    exp.Coalesce: ("function", "coalesce"),
+    exp.Nullif: ("function", "nullif"),
+    exp.Greatest: ("function", "greatest"),
+    exp.Least: ("function", "least"),
+    exp.Abs: ("function", "abs"),
+    exp.Round: ("function", "round"),
+    exp.Length: ("function", "length"),
+    exp.Lower: ("function", "lower"),
+    exp.Upper: ("function", "upper"),
+    exp.Count: ("aggregate", "count"),
+    exp.Sum: ("aggregate", "sum"),
+    exp.Avg: ("aggregate", "avg"),
+    exp.Min: ("aggregate", "min"),
+    exp.Max: ("aggregate", "max"),
+    exp.LogicalAnd: ("aggregate", "bool_and"),
+    exp.LogicalOr: ("aggregate", "bool_or"),
+    exp.JSONArrayAgg: ("aggregate", "json_agg"),
+    exp.ArrayAgg: ("aggregate", "array_agg"),
+    exp.GroupConcat: ("aggregate", "string_agg"),
+}
+_ANONYMOUS: dict[str, tuple[Kind, str]] = {
+    "JSON_BUILD_OBJECT": ("function", "json_build_object"),
+    "JSONB_BUILD_OBJECT": ("function", "jsonb_build_object"),
+}
+#: Nodes that are structure, not constructs with semantics of their own.
+_STRUCTURE: tuple[type[exp.Expression], ...] = (
+    exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Alias, exp.Column,
+    exp.Identifier, exp.Table, exp.TableAlias, exp.Paren, exp.Literal, exp.Null, exp.Boolean,
+    exp.Ordered, exp.Order, exp.Distinct, exp.DataType, exp.DataTypeParam, exp.Star, exp.Tuple, exp.Any,
+)  # fmt: skip
+
+
+def entry_for(node: exp.Expression) -> Entry | None:
+    """The entry a node is an instance of (None: not on the list)."""
+    key = _ANONYMOUS.get(node.name.upper()) if isinstance(node, exp.Anonymous) else _NODES.get(type(node))
+    return _BY_KEY.get(key) if key is not None else None
+
+
+# -- types of expressions ---------------------------------------------------------
+
+
+def _cast_target(to: exp.DataType) -> str | None:
+    if to.this in (exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR) and to.expressions:
+        return None  # varchar(n) and char(n) truncate or pad
+    return cast_type(to)
+
+
+def _constant(node: exp.Expression) -> str | None:
+    return node.this if isinstance(node, exp.Literal) and node.is_string else None
+
+
+_CASTS = {
+    ("int", "int"), ("numeric", "int"), ("float", "int"), ("int", "numeric"), ("numeric", "numeric"),
+    ("int", "float"), ("numeric", "float"), ("float", "float"), ("int", "text"), ("text", "text"),
+    ("bpchar", "text"), ("enum", "text"), ("uuid", "text"), ("bool", "text"), ("timestamp", "date"),
+    ("date", "timestamp"), ("date", "date"), ("timestamp", "timestamp"), ("bool", "bool"),
+}  # fmt: skip
+#: String constants a cast accepts: the forms PostgreSQL and Spark read alike.
+_CONSTANTS = {
+    "int": r"\s*[+-]?\d+\s*",
+    "numeric": r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*",
+    "text": r"(?s).*",
+    "date": r"\d{4}-\d{2}-\d{2}",
+    "timestamp": r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?",
+    "bool": r"true|false",
+}
+
+
+def _cast_result(src: str, target: str, constant: str | None = None) -> str | None:
+    """The cast's result type, or None when the (source, target) pair is not on the list."""
+    s, t = type_class(src), type_class(target)
+    if s == NULL:
+        return target
+    if s == UNKNOWN:
+        pattern = _CONSTANTS.get(t or "")
+        if pattern is None or (constant is not None and not re.fullmatch(pattern, constant)):
+            return None
+        return target
+    return target if (s, t) in _CASTS else None
+
+
+def _args(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.Collate):
+        return [node.this]
+    if isinstance(node, exp.Case):
+        ifs = node.args.get("ifs") or []
+        out = [i.args["true"] for i in ifs]
+        if node.args.get("default") is not None:
+            out.append(node.args["default"])
+        return out
+    if isinstance(node, exp.In):
+        return [node.this, *node.expressions]
+    if isinstance(node, exp.Between):
+        return [node.this, node.args["low"], node.args["high"]]
+    if isinstance(node, exp.Count | exp.Sum | exp.Avg | exp.Min | exp.Max | exp.JSONArrayAgg | exp.ArrayAgg):
+        inner = node.this
+        if isinstance(inner, exp.Order):
+            inner = inner.this
+        if isinstance(inner, exp.Distinct):
+            return list(inner.expressions)
+        return [] if inner is None or isinstance(inner, exp.Star) else [inner]
+    if isinstance(node, exp.GroupConcat):
+        inner = node.this.this if isinstance(node.this, exp.Order) else node.this
+        return [inner, *([node.args["separator"]] if node.args.get("separator") is not None else [])]
+    if isinstance(node, exp.Anonymous):
+        return list(node.expressions)[1::2]  # json_build_object's values; keys checked apart
+    if isinstance(node, exp.Round):
+        return [node.this, *([node.args["decimals"]] if node.args.get("decimals") is not None else [])]
+    return [v for k, v in node.args.items() if isinstance(v, exp.Expression) and k in ("this", "expression")] + [
+        e for e in node.args.get("expressions") or [] if isinstance(e, exp.Expression)
+    ]
+
+
+def pg_type(node: exp.Expression, a: Analysis) -> str | None:
+    """The PostgreSQL type of ``node``; None where the allowlist does not say."""
+    if isinstance(node, exp.Paren):
+        return pg_type(node.this, a)
+    if isinstance(node, exp.Column):
+        info = a.aliases.get(node.table)
+        return info.types.get(node.name) if info is not None else None
+    if isinstance(node, exp.Null):
+        return NULL
+    if isinstance(node, exp.Boolean):
+        return "bool"
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return UNKNOWN
+        if node.this.isdigit():
+            v = int(node.this)
+            return "int4" if v < 2**31 else "int8" if v < 2**63 else "numeric"
+        return "numeric"  # 2.5 and 1e3 are numeric constants in PostgreSQL
+    if isinstance(node, exp.Cast):
+        target = _cast_target(node.to)
+        src = pg_type(node.this, a)
+        return None if target is None or src is None else _cast_result(src, target, _constant(node.this))
+    if isinstance(node, exp.Is | exp.Any):
+        return "bool"
+    entry = entry_for(node)
+    if entry is None:
+        return None
+    if isinstance(node, exp.EQ) and any(isinstance(x, exp.Any) for x in (node.this, node.expression)):
+        return "bool"
+    types = [pg_type(x, a) for x in _args(node)]
+    if any(t is None for t in types):
+        return None
+    return entry.typer([t for t in types if t is not None])
+
+
+# -- the check --------------------------------------------------------------------
+
+
+def check(tree: exp.Expression, a: Analysis) -> None:
+    """Refuse, naming it, the first construct of ``tree`` that is not on the list
+    or is applied to operand types its entry does not take."""
+    for node in tree.walk():
+        if not isinstance(node, exp.Expression):
+            continue
+        if isinstance(node, exp.Column):
+            _check_column(node, a)
+            continue
+        if isinstance(node, exp.Is | exp.Filter):
+            continue
+        if isinstance(node, exp.Cast):
+            src, target = pg_type(node.this, a), _cast_target(node.to)
+            if src is not None and (target is None or _cast_result(src, target, _constant(node.this)) is None):
+                raise refuse(
+                    a.output,
+                    f"a cast from {_label(src)} to {node.to.sql(dialect='postgres')}",
+                    "txjoin accepts only the casts it computes exactly as PostgreSQL does (see "
+                    "README, 'What an output's SQL may use')",
+                    node,
+                )
+            continue
+        if isinstance(node, exp.Ordered) and node.find_ancestor(exp.AggFunc) is not None:
+            t = pg_type(node.this, a)
+            if t is not None and type_class(t) not in _ORDERED:
+                raise refuse(a.output, f"ORDER BY over {_label(t)}", "order by numbers, text, dates or times", node)
+            _check_order(node.this, a, node)
+            continue
+        if isinstance(node, _STRUCTURE):
+            continue
+        if isinstance(node, exp.Collate) and _collate_name(node) != "C":
+            raise refuse(
+                a.output,
+                f"COLLATE {node.expression.sql(dialect='postgres')}",
+                'Spark orders text by its bytes, as PostgreSQL\'s "C" collation does; only COLLATE "C" '
+                "is accepted",
+                node,
+            )
+        entry = entry_for(node)
+        if entry is None:
+            raise refuse(
+                a.output,
+                f"{_construct(node)}",
+                "txjoin accepts only functions and operators it computes exactly as PostgreSQL "
+                "does, and this one is not among them (see README, 'What an output's SQL may use'); "
+                "compute it from the output table instead",
+                node,
+            )
+        if isinstance(node, exp.Anonymous):
+            for key in node.expressions[0::2]:
+                if pg_type(key, a) not in (UNKNOWN, "text"):
+                    raise refuse(a.output, f"{node.name.lower()} with a key that is not text", "use text keys", node)
+        if isinstance(node, exp.EQ) and any(isinstance(x, exp.Any) for x in (node.this, node.expression)):
+            continue
+        types = [pg_type(x, a) for x in _args(node)]
+        if any(t is None for t in types):
+            continue  # the operand itself is refused when the walk reaches it
+        if isinstance(node, _ORDERING):
+            for x in _args(node):
+                _check_order(x, a, node)
+        if entry.typer([t for t in types if t is not None]) is None:
+            raise refuse(
+                a.output,
+                f"{entry.kind} {_spelling(node, entry)} over {', '.join(_label(t) for t in types if t)}",
+                f"txjoin computes it exactly only over {entry.args}",
+                node,
+            )
+
+
+_ORDERING = (exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between, exp.Min, exp.Max)
+
+
+def _collate_name(node: exp.Collate) -> str:
+    name = node.expression.name if isinstance(node.expression, exp.Column | exp.Identifier) else ""
+    name = name or node.expression.sql(dialect="postgres").strip('"')
+    return "C" if name in ("C", "POSIX", "ucs_basic") else name
+
+
+def _collation(node: exp.Expression, a: Analysis) -> str:
+    """The collation ordering a text expression: 'C' unless a column of another collation feeds it."""
+    if isinstance(node, exp.Collate):
+        return _collate_name(node)
+    if isinstance(node, exp.Column):
+        info = a.aliases.get(node.table)
+        return info.collations.get(node.name, "C") if info is not None else "C"
+    for child in node.iter_expressions():
+        c = _collation(child, a)
+        if c != "C":
+            return c
+    return "C"
+
+
+def _check_order(node: exp.Expression, a: Analysis, where: exp.Expression) -> None:
+    """Refuse ordering text under a collation Spark does not implement."""
+    t = pg_type(node, a)
+    if t is None or type_class(t) not in ("text", UNKNOWN):
+        return
+    coll = _collation(node, a)
+    if coll != "C":
+        raise refuse(
+            a.output,
+            f"ordering text under the collation {coll!r} (min, max, <, >, BETWEEN or ORDER BY over "
+            f"`{node.sql(dialect='postgres')}`)",
+            f"Spark orders text by its bytes, not as {coll!r} does, so results would differ; for "
+            f'exact results write `{node.sql(dialect="postgres")} COLLATE "C"` in the output\'s SQL (byte '
+            "order), or give the column a C collation at the source",
+            where,
+        )
+
+
+def _check_column(col: exp.Column, a: Analysis) -> None:
+    info = a.aliases.get(col.table)
+    if info is None:
+        return
+    t = info.types.get(col.name)
+    if t is None or type_class(t) is None:
+        raise refuse(
+            a.output,
+            f"column {col.table}.{col.name} of type {_label(t) if t else 'unknown'} ({info.name})",
+            "txjoin reads only the column types it converts exactly (see README, 'What an output's "
+            "SQL may use'); leave the column out of the output's SQL, or change its type at the source",
+            col,
+        )
+
+
+def _label(t: str) -> str:
+    return {"int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real", "float8": "double precision",
+            "bool": "boolean", "bpchar": "char", UNKNOWN: "a string constant", NULL: "NULL"}.get(
+        t, t[5:] + " (an enum)" if t.startswith("enum:") else (t[1:] + "[]" if t.startswith("_") else t)
+    )  # fmt: skip
+
+
+def _spelling(node: exp.Expression, entry: Entry) -> str:
+    key = _ANONYMOUS.get(node.name.upper()) if isinstance(node, exp.Anonymous) else _NODES.get(type(node))
+    return key[1] if key else entry.name
+
+
+def _construct(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return f"the function {node.name.lower()}()"
+    if isinstance(node, exp.Func):
+        return f"the function {node.sql_name().lower()}()"
+    return f"the construct {type(node).__name__}"
+
+
+# -- docs ---------------------------------------------------------------------------
+
+
+def markdown() -> str:
+    """README's section body: one table per kind."""
+    titles = {"type": "Column types", "operator": "Operators", "function": "Functions",
+              "aggregate": "Aggregates", "cast": "Casts"}  # fmt: skip
+    out: list[str] = []
+    for kind, title in titles.items():
+        out += [f"**{title}**", "", "| construct | operands | PostgreSQL's semantics, and txjoin's |", "|---|---|---|"]
+        for e in ENTRIES:
+            if e.kind == kind:
+                cells = [f"`{e.name}`", e.args or "—", e.semantics]
+                out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
