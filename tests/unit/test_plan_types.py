@@ -424,3 +424,26 @@ def test_only_used_columns_are_converted() -> None:
     # A value no output reads must not stop the pipeline.
     row = {"id": 1, "amount": "NaN", "price": "1.00", "many": None, "at": None}
     assert to_arrow([row], SCHEMA, used={"id", "price"}).column_names == ["id", "price"]
+
+
+# -- names as PostgreSQL gives them ---------------------------------------------------
+
+
+def test_unaliased_columns_are_named_as_postgresql_names_them() -> None:
+    # Checked against PostgreSQL 15: SELECT ... shows these column names.
+    p = plan(
+        "SELECT t.id, count(*), sum(t.i), string_agg(t.t, ',' ORDER BY t.id), t.i::text, 1::int, "
+        "json_build_object('a', t.i), coalesce(t.i, 0), CASE WHEN t.i > 0 THEN 1 END, (t.j), "
+        "json_agg(t.i ORDER BY t.id), t.i + 1 FROM t GROUP BY t.id"
+    )
+    assert p.columns == (
+        "id", "count", "sum", "string_agg", "i", "int4", "json_build_object", "coalesce", "case", "j",
+        "json_agg", "?column?",
+    )  # fmt: skip
+
+
+def test_unquoted_identifiers_fold_to_lower_case() -> None:
+    p = plan('SELECT T.Id, T.I AS Big, t.j AS "Mixed" FROM T JOIN O ON T.I = O.Id', ("id",))
+    assert p.columns == ("id", "big", "Mixed")
+    with pytest.raises(UnsupportedQuery, match=r"reads table public\.T, which no source captures"):
+        plan('SELECT "T".id FROM "T"')

@@ -438,7 +438,7 @@ def check(tree: exp.Expression, a: Analysis) -> None:
         if isinstance(node, exp.Column):
             _check_column(node, a)
             continue
-        if isinstance(node, exp.Is | exp.Filter):
+        if isinstance(node, exp.Is | exp.Filter) or (isinstance(node, exp.If) and isinstance(node.parent, exp.Case)):
             continue
         if isinstance(node, exp.Cast):
             src, target = pg_type(node.this, a), _cast_target(node.to)

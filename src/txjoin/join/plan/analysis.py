@@ -13,6 +13,7 @@ from typing import Literal
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from txjoin.errors import UnsupportedQuery
 from txjoin.join.plan import allowlist
@@ -263,12 +264,10 @@ def _from_clause(
 
 def _output_columns(select: exp.Select, output: str) -> list[tuple[str, exp.Expression]]:
     cols = []
-    for i, e in enumerate(select.expressions):
+    for e in select.expressions:
         if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
             raise refuse(output, "SELECT *", "list the output columns", e)
-        name = e.alias_or_name if isinstance(e, exp.Alias | exp.Column) else ""
-        if not name:
-            name = _default_name(e, i)
+        name = e.alias if isinstance(e, exp.Alias) else (_default_name(e) or "?column?")
         cols.append((name, e.this if isinstance(e, exp.Alias) else e))
     names = [n for n, _ in cols]
     dup = {n for n in names if names.count(n) > 1}
@@ -281,13 +280,55 @@ def _output_columns(select: exp.Select, output: str) -> list[tuple[str, exp.Expr
     return cols
 
 
-def _default_name(e: exp.Expression, i: int) -> str:
-    # PostgreSQL names an unaliased function column after the function.
-    if isinstance(e, exp.JSONArrayAgg):
-        return "json_agg"
-    if isinstance(e, exp.Func):
-        return e.sql_name().lower() if hasattr(e, "sql_name") else f"column{i + 1}"
-    return f"column{i + 1}"
+#: Names PostgreSQL gives unaliased calls that sqlglot parses into its own node types.
+_CALL_NAMES: dict[type[exp.Expression], str] = {
+    exp.JSONArrayAgg: "json_agg",
+    exp.ArrayAgg: "array_agg",
+    exp.GroupConcat: "string_agg",
+    exp.LogicalAnd: "bool_and",
+    exp.LogicalOr: "bool_or",
+    exp.Case: "case",
+    exp.Coalesce: "coalesce",
+    exp.Nullif: "nullif",
+    exp.Greatest: "greatest",
+    exp.Least: "least",
+}
+#: Type names PostgreSQL names a cast of an unnamed expression after (``1::int`` is "int4").
+_CAST_NAMES = {
+    exp.DataType.Type.SMALLINT: "int2",
+    exp.DataType.Type.INT: "int4",
+    exp.DataType.Type.BIGINT: "int8",
+    exp.DataType.Type.DECIMAL: "numeric",
+    exp.DataType.Type.DOUBLE: "float8",
+    exp.DataType.Type.FLOAT: "float4",
+    exp.DataType.Type.TEXT: "text",
+    exp.DataType.Type.VARCHAR: "varchar",
+    exp.DataType.Type.BOOLEAN: "bool",
+    exp.DataType.Type.DATE: "date",
+    exp.DataType.Type.TIMESTAMP: "timestamp",
+    exp.DataType.Type.TIMESTAMPTZ: "timestamptz",
+}
+
+
+def _default_name(e: exp.Expression) -> str | None:
+    """The name PostgreSQL gives an unaliased output column (its FigureColname):
+    a column's name, a function's, a cast's operand's (else the type's); None
+    for '?column?' (operators, constants)."""
+    if isinstance(e, exp.Paren):
+        return _default_name(e.this)
+    if isinstance(e, exp.Column):
+        return e.name
+    if isinstance(e, exp.Cast):
+        inner = _default_name(e.this)
+        return inner if inner is not None else _CAST_NAMES.get(e.to.this)
+    if isinstance(e, exp.Anonymous):
+        return e.name.lower()
+    for cls, name in _CALL_NAMES.items():
+        if isinstance(e, cls):
+            return name
+    if isinstance(e, exp.Func) and not isinstance(e, exp.Binary | exp.Unary | exp.Predicate):
+        return e.sql_name().lower()
+    return None
 
 
 def _is_aggregate(node: exp.Expression) -> bool:
@@ -343,7 +384,8 @@ def _parse(name: str, sql: str) -> exp.Select:
     statements = [s for s in statements if s is not None]
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise UnsupportedQuery(f"output {name!r}: the SQL must be exactly one SELECT statement", output=name)
-    select: exp.Select = statements[0]
+    # PostgreSQL folds unquoted identifiers to lower case: `FROM Orders` reads orders.
+    select: exp.Select = normalize_identifiers(statements[0], dialect="postgres")
     return select
 
 
