@@ -58,8 +58,14 @@ def bench_dir(prefix: str) -> Iterator[Path]:
 
 def tree_rss(root: int) -> int:
     """Resident bytes of process ``root`` and all its descendants (from /proc)."""
+    return sum(tree_rss_by_name(root).values())
+
+
+def tree_rss_by_name(root: int) -> dict[str, int]:
+    """Resident bytes of ``root`` and its descendants, per process name (java, python...)."""
     parents: dict[int, int] = {}
     rss: dict[int, int] = {}
+    names: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -68,9 +74,11 @@ def tree_rss(root: int) -> int:
             fields = stat[stat.rindex(")") + 2 :].split()
             parents[int(entry)] = int(fields[1])
             rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+            names[int(entry)] = stat[stat.index("(") + 1 : stat.rindex(")")]
         except (OSError, ValueError, IndexError):
             continue
-    total, todo, seen = 0, [root], set()
+    out: dict[str, int] = {}
+    todo, seen = [root], set()
     children: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
@@ -79,9 +87,11 @@ def tree_rss(root: int) -> int:
         if pid in seen:
             continue
         seen.add(pid)
-        total += rss.get(pid, 0)
+        name = names.get(pid, "?")
+        name = "python" if name.startswith("python") or name.startswith("txjoin") else name
+        out[name] = out.get(name, 0) + rss.get(pid, 0)
         todo += children.get(pid, [])
-    return total
+    return out
 
 
 class PeakMemory:
@@ -90,13 +100,18 @@ class PeakMemory:
     def __init__(self, root: int, interval: float = 0.1) -> None:
         self.root = root
         self.peak = 0
+        #: Resident bytes per process name at the peak.
+        self.split: dict[str, int] = {}
         self._interval = interval
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while True:
-            self.peak = max(self.peak, tree_rss(self.root))
+            by_name = tree_rss_by_name(self.root)
+            total = sum(by_name.values())
+            if total > self.peak:
+                self.peak, self.split = total, by_name
             if self._stop.wait(self._interval):
                 return
 
@@ -107,6 +122,12 @@ class PeakMemory:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._t.join()
+
+    def describe(self) -> str:
+        """'5.14 GiB (java 3.90, python 1.24)': the peak and who held it."""
+        by_size = sorted(self.split.items(), key=lambda kv: -kv[1])
+        parts = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in by_size)
+        return f"{self.peak / 2**30:.2f} GiB ({parts})"
 
 
 def write_figures(path: Path | None, figures: Any) -> None:

@@ -207,7 +207,7 @@ def run_txjoin(dsn: str, home: Path, n: int, big: int | None) -> dict[str, Any]:
             result["first_version_s"] = time.monotonic() - t0
         result["peak_rss_gib"] = mem.peak / GIB
         took = result["first_version_s"]
-        print(f"  txjoin: first version after {took:.1f} s, peak {mem.peak / GIB:.2f} GiB", flush=True)
+        print(f"  txjoin: first version after {took:.1f} s, peak {mem.describe()}", flush=True)
         if big:
             before = _sums(out)[-1][2]
             with PeakMemory(proc.pid) as mem:
@@ -239,7 +239,7 @@ def run_txjoin(dsn: str, home: Path, n: int, big: int | None) -> dict[str, Any]:
             result["sum_after"] = str(sums[-1][2])
             result["moves"] = sum(1 for a, b in itertools.pairwise(sums) if a[2] != b[2])
             print(f"  txjoin: {big:,}-row transaction visible after {result['big_visible_s']:.1f} s, peak "
-                  f"{mem.peak / GIB:.2f} GiB; {len(sums)} versions, sum(amount) {before} -> {sums[-1][2]} "
+                  f"{mem.describe()}; {len(sums)} versions, sum(amount) {before} -> {sums[-1][2]} "
                   f"in {result['moves']} step(s), {len(torn)} torn", flush=True)  # fmt: skip
     finally:
         proc.send_signal(signal.SIGTERM)
