@@ -61,8 +61,23 @@ def tree_rss(root: int) -> int:
     return sum(tree_rss_by_name(root).values())
 
 
+def _pss(pid: int) -> int | None:
+    """Proportional set size: resident bytes, with pages shared among processes split between them."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def tree_rss_by_name(root: int) -> dict[str, int]:
-    """Resident bytes of ``root`` and its descendants, per process name (java, python...)."""
+    """Resident bytes of ``root`` and its descendants, per process name (java, python...).
+
+    Counted as PSS where the kernel reports it: Spark forks its JVM to start
+    Python workers, and plain RSS would count the fork's shared pages twice.
+    """
     parents: dict[int, int] = {}
     rss: dict[int, int] = {}
     names: dict[int, str] = {}
@@ -89,7 +104,8 @@ def tree_rss_by_name(root: int) -> dict[str, int]:
         seen.add(pid)
         name = names.get(pid, "?")
         name = "python" if name.startswith("python") or name.startswith("txjoin") else name
-        out[name] = out.get(name, 0) + rss.get(pid, 0)
+        pss = _pss(pid)
+        out[name] = out.get(name, 0) + (pss if pss is not None else rss.get(pid, 0))
         todo += children.get(pid, [])
     return out
 
@@ -97,7 +113,7 @@ def tree_rss_by_name(root: int) -> dict[str, int]:
 class PeakMemory:
     """Peak resident memory of a process tree, sampled every ``interval`` seconds."""
 
-    def __init__(self, root: int, interval: float = 0.1) -> None:
+    def __init__(self, root: int, interval: float = 0.25) -> None:
         self.root = root
         self.peak = 0
         #: Resident bytes per process name at the peak.

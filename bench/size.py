@@ -13,8 +13,9 @@ timestamptz created) and ``clients`` (int id, text name, text region). Then:
   Parquet (seed 003's batch ETL), median of ``--runs``;
 - *txjoin*: ``txjoin run SPEC`` with default settings, as a user starts it
   (capture in the same process); seconds from launch to the output's first
-  Delta version, and the peak resident memory of the whole process tree
-  (Python, Spark's JVM, Spark's Python workers), sampled every 0.1 s;
+  Delta version, and the peak memory of the whole process tree (Python,
+  Spark's JVM, Spark's Python workers), sampled every 0.25 s as PSS, so that
+  the pages a forked JVM shares with its parent count once;
 - at the sizes in ``--big-at``: one transaction updating ``--big`` orders
   (``amount + 0.01``) while txjoin runs; seconds until a version shows it,
   peak memory meanwhile, and every Delta version's ``sum(amount)``, which
