@@ -41,10 +41,18 @@ OUTPUTS = {
     ),
     "total": (["one"], "SELECT 1 AS one, sum(amount) AS total, count(*) AS n FROM orders"),
 }
-# Faults per phase; make test-thorough tries more points.
-LOAD_FAULTS = ["load-file@1", "full-files-written@1"] + (["after-replica-commit@1", "after-output-commit@1"] if THOROUGH else [])
-BIG_FAULTS = ["staged-chunk@2", "full-files-written@1"] + (
-    ["staged-chunk@1", "after-replica-commit@1", "after-output-commit@1", "staged-chunk@4"] if THOROUGH else []
+# Faults per phase, in order: each restart must still have the work the next
+# point interrupts (after-output-commit: the first of the two outputs is in,
+# the next restart writes the second). make test-thorough tries 10 points.
+LOAD_FAULTS = (
+    ["load-file@1", "load-file@2", "full-files-written@1", "after-output-commit@1", "full-files-written@1"]
+    if THOROUGH
+    else ["load-file@1", "full-files-written@1"]
+)
+BIG_FAULTS = (
+    ["staged-chunk@1", "staged-chunk@2", "full-files-written@1", "after-output-commit@1"]
+    if THOROUGH
+    else ["staged-chunk@2", "full-files-written@1"]
 )
 
 
