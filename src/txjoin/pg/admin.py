@@ -92,6 +92,9 @@ def check_tables(conn: Any, tables: Iterable[QualifiedName], where: str) -> list
                 "REPLICA IDENTITY DEFAULT; (or FULL)",
                 table=str(t.name),
             )
+        if t.replica_identity == "i":
+            _check_identity_index(conn, t, where)
+        _check_inheritance(conn, t, where)
         if t.replica_identity != "f":
             log.info(
                 "table %s has REPLICA IDENTITY %s: update and delete events carry only the key "
@@ -102,6 +105,46 @@ def check_tables(conn: Any, tables: Iterable[QualifiedName], where: str) -> list
                 {"d": "DEFAULT", "i": "USING INDEX"}.get(t.replica_identity, t.replica_identity),
             )
     return list(described.values())
+
+
+def _check_identity_index(conn: Any, t: Table, where: str) -> None:
+    """REPLICA IDENTITY USING INDEX keys events by that index: only the primary key's will do."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisreplident",
+            (t.oid,),
+        )
+        cols = {r[0] for r in cur.fetchall()}
+    if cols != set(t.primary_key):
+        raise SourceError(
+            f"table {t.name} on {where} has REPLICA IDENTITY USING INDEX on ({', '.join(sorted(cols))}), "
+            f"not its primary key ({', '.join(t.primary_key)}): its update and delete events name rows by "
+            "that index, while txjoin keys rows by the primary key, so an update would leave the old row "
+            f"behind. Run ALTER TABLE {t.name.quoted} REPLICA IDENTITY FULL; (or DEFAULT)",
+            table=str(t.name),
+        )
+
+
+def _check_inheritance(conn: Any, t: Table, where: str) -> None:
+    """Inheritance children (not partitions) are separate tables in the change stream."""
+    if t.kind != "r":
+        return
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT c.oid::regclass::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s ORDER BY 1",
+            (t.oid,),
+        )
+        children = [r[0] for r in cur.fetchall()]
+    if children:
+        raise SourceError(
+            f"table {t.name} on {where} has inheritance children ({', '.join(children[:5])}): a query "
+            "on it reads their rows too, but their changes arrive as changes of the child tables, "
+            "which txjoin does not merge back. Capture the children as tables of their own and "
+            "query them explicitly, or turn the hierarchy into a partitioned table",
+            table=str(t.name),
+        )
 
 
 def set_replica_identity_full(conn: Any, tables: Iterable[QualifiedName]) -> None:
@@ -117,18 +160,24 @@ def ensure_publication(conn: Any, name: str, tables: Sequence[QualifiedName], wh
     validate_publication_name(name)
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, puballtables "
+            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, puballtables, pubviaroot "
             "FROM pg_publication WHERE pubname = %s",
             (name,),
         )
         row = cur.fetchone()
         if row is None:
+            # Via the partition root: changes of a partitioned table arrive under its own
+            # name, as its snapshot does, not under its leaves' names.
             table_list = ", ".join(t.quoted for t in tables)
-            cur.execute(f"CREATE PUBLICATION {quote_ident(name)} FOR TABLE {table_list}")
+            cur.execute(
+                f"CREATE PUBLICATION {quote_ident(name)} FOR TABLE {table_list} "
+                "WITH (publish_via_partition_root = true)"
+            )
             conn.commit()
             log.info("created publication %s on %s for %d tables", name, where, len(tables))
             return
-        ins, upd, dele, trunc, alltables = row
+        ins, upd, dele, trunc, alltables, viaroot = row
+        _check_publication_rows(cur, name, tables, where, viaroot)
         missing_ops = [
             op
             for op, on in (("insert", ins), ("update", upd), ("delete", dele), ("truncate", trunc))
@@ -154,6 +203,50 @@ def ensure_publication(conn: Any, name: str, tables: Sequence[QualifiedName], wh
             publication=name,
             tables=[str(t) for t in missing],
         )
+
+
+def _check_publication_rows(
+    cur: Any, name: str, tables: Sequence[QualifiedName], where: str, viaroot: bool
+) -> None:
+    """An existing publication must publish every row and column, partitions via their root."""
+    cur.execute(
+        "SELECT n.nspname, c.relname, c.relkind, r.prqual IS NOT NULL, r.prattrs IS NOT NULL "
+        "FROM pg_publication p JOIN pg_publication_rel r ON r.prpubid = p.oid "
+        "JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE p.pubname = %s",
+        (name,),
+    )
+    wanted = set(tables)
+    for schema, table, _kind, filtered, column_list in cur.fetchall():
+        t = QualifiedName(schema, table)
+        if t not in wanted:
+            continue
+        if filtered or column_list:
+            what = "a row filter (WHERE)" if filtered else "a column list"
+            raise SourceError(
+                f"publication {name!r} on {where} publishes {t} with {what}, while txjoin's snapshot "
+                "reads every row and column: outputs would mix filtered changes with unfiltered rows. "
+                f"Publish the whole table: ALTER PUBLICATION {quote_ident(name)} SET TABLE ... with "
+                f"{t.quoted} listed without WHERE or columns, or let txjoin create its own publication",
+                publication=name,
+                table=str(t),
+            )
+    if viaroot:
+        return
+    cur.execute(
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relkind = 'p'"
+    )
+    for schema, table in cur.fetchall():
+        t = QualifiedName(schema, table)
+        if t in wanted:
+            raise SourceError(
+                f"publication {name!r} on {where} publishes the partitioned table {t} through its "
+                "partitions, whose changes txjoin would not match to the table: "
+                f"ALTER PUBLICATION {quote_ident(name)} SET (publish_via_partition_root = true);",
+                publication=name,
+                table=str(t),
+            )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,165 @@
+"""PostgreSQL's answer or a refusal, end to end: partitioned tables through the
+partition root, and sources txjoin refuses before capture starts (replica
+identity on another index, row-filtered publications, inheritance children).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+
+from tests.support.capture import current_xid, execute, running_capture, wait_for_xids
+from txjoin.errors import SourceError
+from txjoin.pg import admin
+from txjoin.pg.names import parse_table_name
+from txjoin.pipeline import Pipeline
+from txjoin.sink.delta import DeltaRsStore
+from txjoin.spec import build_spec
+from txjoin.verify.compare import compare_rows
+
+pytestmark = [pytest.mark.postgres]
+
+
+def _query(dsn: str, sql: str) -> list[dict[str, Any]]:
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            assert cur.description is not None
+            names = [d.name for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def _commit(dsn: str, *statements: str) -> int:
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            xid = current_xid(cur)
+            for s in statements:
+                cur.execute(s)
+        conn.commit()
+        return xid
+    finally:
+        conn.close()
+
+
+PARTITIONED = """
+CREATE TABLE regions (code text PRIMARY KEY, name text);
+CREATE TABLE events (id int, region text, amount int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+CREATE TABLE events_eu PARTITION OF events FOR VALUES IN ('EU');
+CREATE TABLE events_us PARTITION OF events FOR VALUES IN ('US');
+CREATE TABLE events_other PARTITION OF events DEFAULT;
+INSERT INTO regions VALUES ('EU', 'Europe'), ('US', 'United States'), ('AP', 'Asia');
+INSERT INTO events SELECT g, (ARRAY['EU','US','AP'])[1 + g % 3], g FROM generate_series(1, 30) g;
+"""
+SQL = (
+    "SELECT r.code, r.name, count(e.id) AS n, sum(e.amount) AS total "
+    "FROM regions r LEFT JOIN events e ON e.region = r.code GROUP BY r.code, r.name"
+)
+
+
+@pytest.mark.spark
+def test_partitioned_table_changes_arrive_through_the_root(spark: Any, pg_db: str, tmp_path: Path) -> None:
+    execute(pg_db, PARTITIONED)
+    spec = build_spec(
+        {
+            "name": "parts",
+            "state_dir": str(tmp_path / "state"),
+            "sources": {"s": {"dsn": pg_db, "tables": ["public.regions", "public.events"]}},
+            "outputs": {"by_region": {"key": ["code"], "sql": SQL}},
+        },
+        tmp_path,
+        "partition spec",
+    )
+    config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
+    with running_capture(config) as ct:
+        pipeline = Pipeline(spec, spark)
+        try:
+            pipeline.run_available()
+            out = spec.outputs["by_region"].path
+            cols = ("code", "name", "n", "total")
+            first = DeltaRsStore().read(out).to_pylist()
+            assert not (diff := compare_rows(first, _query(pg_db, SQL), cols)), diff.describe()
+            xids = {
+                _commit(pg_db, "INSERT INTO events VALUES (100, 'EU', 1000), (101, 'AP', 5)"),
+                # Moves a row to another partition: a delete and an insert under the root.
+                _commit(pg_db, "UPDATE events SET region = 'US', amount = amount + 1 WHERE id IN (3, 6)"),
+                _commit(
+                    pg_db, "DELETE FROM events WHERE id % 4 = 0", "UPDATE events SET amount = 0 WHERE id = 1"
+                ),
+            }
+            wait_for_xids(spec.changelog, "s", xids, ct)
+            pipeline.run_available()
+            got = DeltaRsStore().read(out).to_pylist()
+            expected = _query(pg_db, SQL)
+            assert not (diff := compare_rows(got, expected, cols)), diff.describe()
+            assert {r["code"]: r["total"] for r in got}["EU"] != {r["code"]: r["total"] for r in first}["EU"]
+        finally:
+            pipeline.close()
+
+
+def _check(dsn: str, tables: list[str], publication: str = "") -> None:
+    conn = psycopg2.connect(dsn)
+    try:
+        names = [parse_table_name(t) for t in tables]
+        admin.check_tables(conn, names, "test")
+        if publication:
+            admin.ensure_publication(conn, publication, names, "test")
+    finally:
+        conn.close()
+
+
+def test_replica_identity_on_another_index_is_refused(pg_db: str) -> None:
+    execute(
+        pg_db,
+        "CREATE TABLE t (id int PRIMARY KEY, code text NOT NULL UNIQUE, v int);"
+        "CREATE TABLE ok (id int PRIMARY KEY, v int);"
+        "ALTER TABLE t REPLICA IDENTITY USING INDEX t_code_key;"
+        "ALTER TABLE ok REPLICA IDENTITY USING INDEX ok_pkey",
+    )
+    _check(pg_db, ["public.ok"])  # the primary key's own index names rows as txjoin does
+    with pytest.raises(
+        SourceError, match=r"USING INDEX on \(code\), not its primary key \(id\).*REPLICA IDENTITY FULL"
+    ):
+        _check(pg_db, ["public.t"])
+
+
+def test_row_filtered_publication_is_refused(pg_db: str) -> None:
+    execute(
+        pg_db,
+        "CREATE TABLE t (id int PRIMARY KEY, v int);"
+        "CREATE PUBLICATION filtered FOR TABLE t WHERE (v > 0);"
+        "CREATE PUBLICATION narrow FOR TABLE t (id)",
+    )
+    with pytest.raises(SourceError, match=r"publishes public\.t with a row filter"):
+        _check(pg_db, ["public.t"], "filtered")
+    with pytest.raises(SourceError, match=r"publishes public\.t with a column list"):
+        _check(pg_db, ["public.t"], "narrow")
+
+
+def test_partitions_published_through_leaves_are_refused(pg_db: str) -> None:
+    execute(
+        pg_db,
+        "CREATE TABLE p (id int PRIMARY KEY) PARTITION BY RANGE (id);"
+        "CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (100);"
+        "CREATE PUBLICATION leaves FOR TABLE p",
+    )
+    with pytest.raises(SourceError, match=r"publish_via_partition_root = true"):
+        _check(pg_db, ["public.p"], "leaves")
+    _check(pg_db, ["public.p"], "txjoin_new")  # txjoin's own publication goes via the root
+    rows = _query(pg_db, "SELECT pubviaroot FROM pg_publication WHERE pubname = 'txjoin_new'")
+    assert rows == [{"pubviaroot": True}]
+
+
+def test_inheritance_children_are_refused(pg_db: str) -> None:
+    execute(
+        pg_db,
+        "CREATE TABLE parent (id int PRIMARY KEY, v int);CREATE TABLE child (extra int) INHERITS (parent);",
+    )
+    with pytest.raises(SourceError, match=r"inheritance children \(child\)"):
+        _check(pg_db, ["public.parent"])
