@@ -47,6 +47,8 @@ def numeric(p: int, s: int) -> ColumnType:
         (ColumnType(1184, "timestamptz"), "2023-09-23 21:00:00+02", "2023-09-23T19:00:00Z"),
         (ColumnType(1184, "timestamptz"), "2023-09-23 21:00:00.123+05:30", "2023-09-23T15:30:00.123Z"),
         (ColumnType(1184, "timestamptz"), "2023-09-23 19:00:00.000001+00", "2023-09-23T19:00:00.000001Z"),
+        # Years before 1000 keep four digits (glibc's strftime %Y would write '361').
+        (ColumnType(1184, "timestamptz"), "0361-11-23 12:34:50.5+00", "0361-11-23T12:34:50.5Z"),
         (ColumnType(1083, "time"), "01:02:03.000004", 3723000004),
         (ColumnType(1083, "time"), "24:00:00", 86400000000),
         (ColumnType(17, "bytea"), "\\x", ""),
@@ -123,7 +125,7 @@ def test_from_debezium_round_trip_fits_arrow_type(
 def test_spark_types() -> None:
     assert spark_type_ddl(numeric(10, 2)) == "DECIMAL(10,2)"
     assert spark_type_ddl(ColumnType(1114, "timestamp")) == "TIMESTAMP_NTZ"
-    assert spark_type_ddl(ColumnType(1184, "timestamptz")) == "TIMESTAMP"
+    assert spark_type_ddl(ColumnType(1184, "timestamptz")) == "TIMESTAMP_LTZ"
     assert spark_type_ddl(ColumnType(1007, "_int4")) == "ARRAY<INT>"
     assert spark_type_ddl(ColumnType(25, "text")) == "STRING"
 

@@ -104,7 +104,8 @@ def _timestamp(text: str) -> int | None:
 
 def _iso_utc(t: dt.datetime) -> str:
     t = t.astimezone(dt.UTC)
-    base = t.strftime("%Y-%m-%dT%H:%M:%S")
+    # Not strftime: glibc's %Y does not pad years before 1000 to four digits.
+    base = t.replace(tzinfo=None, microsecond=0).isoformat()
     if t.microsecond:
         base += ("." + f"{t.microsecond:06d}").rstrip("0")
     return base + "Z"
@@ -300,7 +301,7 @@ def _spark_ddl(t: pa.DataType) -> str:
     if pa.types.is_decimal(t):
         return f"DECIMAL({t.precision},{t.scale})"
     if pa.types.is_timestamp(t):
-        return "TIMESTAMP" if t.tz else "TIMESTAMP_NTZ"
+        return "TIMESTAMP_LTZ" if t.tz else "TIMESTAMP_NTZ"
     mapping = {
         pa.int16(): "SMALLINT",
         pa.int32(): "INT",
