@@ -68,6 +68,11 @@ def spark_session(
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.sql.session.timeZone": "UTC",
+        # PostgreSQL's timestamp has no time zone: naive Arrow timestamps become
+        # TIMESTAMP_NTZ, as do TIMESTAMP literals and casts in translated SQL.
+        "spark.sql.timestampType": "TIMESTAMP_NTZ",
+        # Decimal arithmetic keeps every fractional digit (or fails), never rounds silently.
+        "spark.sql.decimalOperations.allowPrecisionLoss": "false",
         # Full recomputes write Parquet that Delta readers take as is: microsecond timestamps.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Capture trims old heartbeat segments; a listed-then-deleted one is harmless.

@@ -28,8 +28,9 @@ def table_info(table: Table) -> TableInfo:
         table.source,
         table.column_names,
         table.primary_key,
-        types={c.name: c.type.label for c in table.columns},
+        types={c.name: f"enum:{c.type.name}" if c.enum_labels else c.type.label for c in table.columns},
         collations={c.name: c.collation for c in table.columns if c.collation},
+        enums={c.name: c.enum_labels for c in table.columns if c.enum_labels},
     )
 
 

@@ -34,6 +34,8 @@ class Column:
     #: locale ('en-US') or a libc one ('en_US.utf8'); the database's for
     #: 'default'. '' for types without collation.
     collation: str = ""
+    #: An enum's labels in their declared order (``pg_enum.enumsortorder``); () for other types.
+    enum_labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,9 @@ _COLUMNS_SQL = """
 SELECT a.attname, a.atttypid, ty.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        CASE WHEN a.attcollation = 0 THEN '' WHEN co.collname = 'default' THEN %s
             WHEN co.collprovider = 'i' THEN coalesce(to_jsonb(co) ->> 'colliculocale', co.collcollate)
-            WHEN co.collname IN ('C', 'POSIX', 'ucs_basic') THEN 'C' ELSE co.collcollate END
+            WHEN co.collname IN ('C', 'POSIX', 'ucs_basic') THEN 'C' ELSE co.collcollate END,
+       CASE WHEN ty.typtype = 'e' THEN (SELECT string_agg(e.enumlabel, E'\\x1f' ORDER BY e.enumsortorder)
+                                        FROM pg_enum e WHERE e.enumtypid = ty.oid) END
 FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
 LEFT JOIN pg_collation co ON co.oid = a.attcollation
 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -170,8 +174,15 @@ def describe(
                 )
             cur.execute(_COLUMNS_SQL, (default_collation, oid))
             columns = tuple(
-                Column(n, ColumnType(int(toid), tname, int(mod)), formatted, _true(nn), str(coll or ""))
-                for n, toid, tname, mod, formatted, nn, coll in cur.fetchall()
+                Column(
+                    n,
+                    ColumnType(int(toid), tname, int(mod)),
+                    formatted,
+                    _true(nn),
+                    str(coll or ""),
+                    tuple(labels.split("\x1f")) if labels else (),
+                )
+                for n, toid, tname, mod, formatted, nn, coll, labels in cur.fetchall()
             )
             cur.execute(_PRIMARY_KEY_SQL, (oid,))
             pk = tuple(r[0] for r in cur.fetchall())

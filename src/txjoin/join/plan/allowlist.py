@@ -86,7 +86,7 @@ def type_class(t: str) -> str | None:
 
 
 _NUMBERS = ("int", "numeric", "float")
-_ORDERED = (*_NUMBERS, "text", "bool", "date", "timestamp", "timestamptz", "uuid")
+_ORDERED = (*_NUMBERS, "text", "bool", "date", "timestamp", "timestamptz", "uuid", "enum")
 
 
 def promote(types: Sequence[str]) -> str | None:
@@ -167,9 +167,8 @@ def _round(args: Sequence[str]) -> str | None:
     c = type_class(args[0])
     if len(args) == 2:
         return "numeric" if c in ("int", "numeric") and type_class(args[1]) == "int" else None
-    if c == "int":
-        return "numeric"
-    return "float8" if c == "float" else ("numeric" if c == "numeric" else None)
+    # round(integer) is round(double precision) in PostgreSQL: the preferred numeric type.
+    return "float8" if c in ("int", "float") else ("numeric" if c == "numeric" else None)
 
 
 def _any(result: str) -> Typer:
@@ -199,6 +198,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("type", "uuid", "", "Spark STRING in PostgreSQL's lower-case form.", _any("uuid")),
     _E("type", "bytea", "", "Spark BINARY.", _any("bytea")),
     _E("type", "json, jsonb", "", "Spark STRING holding the JSON text; output as is.", _any("jsonb")),
+    _E("type", "enum", "", "Spark STRING holding the label; =, <> compare labels, ordering (<, min, max, ORDER BY) follows the declared order (pg_enum.enumsortorder), as the label's position in the list; a constant must be one of the labels.", _any("enum")),
     _E("type", "arrays of integer, text, boolean, uuid", "", "Spark ARRAY (one dimension; NULL elements kept).", _any("_int4")),
     # Operators.
     _E("operator", "+", _NUM, "Spark +; integer overflow raises an error in both.", _of(*_NUMBERS)),
@@ -223,7 +223,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("function", "nullif", "two values of one type", "Spark NULLIF.", lambda args: args[0] if promote(args) is not None else None),
     _E("function", "greatest, least", "numbers, date, timestamp, timestamptz", "NULL arguments are ignored, in both.", _of(*_NUMBERS, "date", "timestamp", "timestamptz")),
     _E("function", "abs", "a number", "Spark ABS.", _of(*_NUMBERS, result=_first)),
-    _E("function", "round", "numeric or integer [, integer]; double precision", "Half away from zero for numeric (Spark ROUND on decimals); double precision rounds half to even (Spark BROUND).", _round),
+    _E("function", "round", "numeric or integer [, integer]; double precision", "Half away from zero for numeric (Spark ROUND on decimals); double precision, and integers (which PostgreSQL rounds as double precision), half to even (Spark BROUND on DOUBLE).", _round),
     _E("function", "length, char_length", "text", "Characters (code points), as Spark LENGTH.", _of("text", result="int4")),
     _E("function", "lower, upper", "text", "ASCII letters change in both; other characters as Unicode's simple case mapping (checked by the conformance suite).", _of("text", result="text")),
     # Casts (source -> target).
@@ -239,8 +239,8 @@ ENTRIES: tuple[Entry, ...] = (
     _E("cast", "date -> timestamp", "", "Midnight of that date, in both.", _any("timestamp")),
     # Aggregates.
     _E("aggregate", "count", "*, a value, DISTINCT a value", "Spark COUNT; bigint in both.", _any("int8")),
-    _E("aggregate", "sum", "integer or numeric", "Exact (bigint sum of smallint/integer, numeric of bigint); NULL over no rows. Sums of double precision are refused: their last digits depend on the order rows are added.", _sum),
-    _E("aggregate", "min, max", "numbers, C-collated text, boolean, date, timestamp, timestamptz", "Spark MIN / MAX; text only under the C collation.", lambda args: args[0] if type_class(args[0]) in _ORDERED else None),
+    _E("aggregate", "sum", "integer or numeric", "Exact (bigint sum of smallint/integer; numeric of bigint: SUM over DECIMAL(38,0), no bigint overflow); NULL over no rows. Sums of double precision are refused: their last digits depend on the order rows are added.", _sum),
+    _E("aggregate", "min, max", "numbers, C-collated text, date, timestamp, timestamptz, uuid, enum", "Spark MIN / MAX; text only under the C collation.", lambda args: args[0] if type_class(args[0]) in _ORDERED and type_class(args[0]) != "bool" else None),
     _E("aggregate", "bool_and, bool_or", "boolean", "Spark BOOL_AND / BOOL_OR.", _of("bool", result="bool")),
     _E("aggregate", "json_agg", "integer, numeric, text, boolean [ORDER BY ...]", "A JSON array in the ORDER BY's order (without ORDER BY compared as a multiset); NULL over no rows.", _of("int", "numeric", "text", "bool", result="json")),
     _E("aggregate", "array_agg", "integer, text, boolean, uuid [ORDER BY ...]", "An array in the ORDER BY's order (without ORDER BY compared as a multiset); NULL over no rows.", _array_of),
@@ -496,11 +496,37 @@ def check(tree: exp.Expression, a: Analysis) -> None:
         if isinstance(node, _ORDERING):
             for x in _args(node):
                 _check_order(x, a, node)
+        _check_enum_constants(node, [t for t in types if t is not None], a)
         if entry.typer([t for t in types if t is not None]) is None:
             raise refuse(
                 a.output,
                 f"{entry.kind} {_spelling(node, entry)} over {', '.join(_label(t) for t in types if t)}",
                 f"txjoin computes it exactly only over {entry.args}",
+                node,
+            )
+
+
+def enum_labels(a: Analysis, t: str) -> tuple[str, ...]:
+    """The labels of enum type ``t`` ('enum:<typname>') in declared order."""
+    for info in a.aliases.values():
+        for col, labels in info.enums.items():
+            if info.types.get(col) == t:
+                return labels
+    return ()
+
+
+def _check_enum_constants(node: exp.Expression, types: list[str], a: Analysis) -> None:
+    """A string constant compared with an enum must be one of its labels (PostgreSQL raises otherwise)."""
+    enums = [t for t in types if type_class(t) == "enum"]
+    if not enums:
+        return
+    labels = enum_labels(a, enums[0])
+    for x in _args(node):
+        if isinstance(x, exp.Literal) and x.is_string and x.this not in labels:
+            raise refuse(
+                a.output,
+                f"'{x.this}', which is not a label of the enum {enums[0][5:]} ({', '.join(labels)})",
+                "PostgreSQL rejects the SQL: use one of the labels",
                 node,
             )
 
@@ -579,7 +605,7 @@ def _check_column(col: exp.Column, a: Analysis) -> None:
 def _label(t: str) -> str:
     return {"int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real", "float8": "double precision",
             "bool": "boolean", "bpchar": "char", UNKNOWN: "a string constant", NULL: "NULL"}.get(
-        t, t[5:] + " (an enum)" if t.startswith("enum:") else (t[1:] + "[]" if t.startswith("_") else t)
+        t, "enum " + t[5:] if t.startswith("enum:") else (t[1:] + "[]" if t.startswith("_") else t)
     )  # fmt: skip
 
 

@@ -36,6 +36,8 @@ class TableInfo:
     #: Column -> collation ordering its text ('C', an ICU or libc locale);
     #: text columns left out order as under 'C'.
     collations: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: Enum column -> its labels in declared order (its type is 'enum:<typname>').
+    enums: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

@@ -7,21 +7,20 @@ what Spark would compute differently for the operand types (docs/types.md).
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from sqlglot import exp
 
 from txjoin.errors import UnsupportedQuery
-from txjoin.join.plan.allowlist import pg_type
+from txjoin.join.plan.allowlist import enum_labels, pg_type
 from txjoin.join.plan.model import Analysis, any_array, refuse
 from txjoin.join.plan.typerules import (
-    AVG_SCALE,
     FLOAT_TYPES,
     INT_TYPES,
     NUMERIC_SCALE,
     SPARK_INT,
     base_type,
     cast_type,
-    numeric_ps,
 )
 
 __all__ = ["translate"]
@@ -129,13 +128,107 @@ def _non_null_count(collected: exp.Expression) -> exp.Expression:
     )
 
 
+def _enum_rewrites(tree: exp.Expression, a: Analysis) -> None:
+    """Order enums as declared: compare, sort and take min/max of the label's
+    position in the enum's label list, and turn min/max back into the label."""
+    actions: list[tuple[exp.Expression, list[exp.Expression], tuple[str, ...]]] = []
+    for node in tree.find_all(exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between, exp.Min, exp.Max, exp.Ordered):
+        if not isinstance(node, exp.Expression):
+            continue
+        if isinstance(node, exp.Between):
+            operands = [node.this, node.args["low"], node.args["high"]]
+        elif isinstance(node, exp.Min | exp.Max | exp.Ordered):
+            operands = [node.this]
+        else:
+            operands = [node.this, node.expression]
+        enum_t = next((t for t in (pg_type(o, a) for o in operands) if t and t.startswith("enum:")), None)
+        if enum_t is not None:
+            actions.append((node, operands, enum_labels(a, enum_t)))
+    for node, operands, labels in reversed(actions):
+        arr = exp.Array(expressions=[exp.Literal.string(label) for label in labels])
+        for o in operands:
+            position = exp.Anonymous(this="array_position", expressions=[arr.copy(), o.copy()])
+            # Spark's array_position of NULL is not NULL: keep NULL as NULL.
+            o.replace(
+                exp.If(this=exp.Is(this=o.copy(), expression=exp.Null()), true=exp.Null(), false=position)
+            )
+        if isinstance(node, exp.Min | exp.Max):
+            index = exp.Cast(this=node.copy(), to=exp.DataType.build("INT"))
+            label = exp.Anonymous(this="element_at", expressions=[arr.copy(), index])
+            # element_at(arr, NULL) is not NULL in Spark either.
+            node.replace(
+                exp.If(this=exp.Is(this=node.copy(), expression=exp.Null()), true=exp.Null(), false=label)
+            )
+
+
+def _is_inf(x: exp.Expression) -> exp.Expression:
+    inf = exp.Cast(this=exp.Literal.string("Infinity"), to=exp.DataType.build("DOUBLE"))
+    return exp.EQ(this=exp.Abs(this=x.copy()), expression=inf)
+
+
+def _is_zero(x: exp.Expression) -> exp.Expression:
+    return exp.EQ(this=x.copy(), expression=exp.Literal.number(0))
+
+
+def _checked_float(node: Any, pg: str) -> exp.Expression:
+    """Floating-point arithmetic that raises where PostgreSQL's does (float.c's
+    float8_pl/mi/mul/div): an infinite result from finite operands is an
+    overflow; for * and /, a zero result from non-zero operands an underflow.
+    Operands are cast to the result type first: PostgreSQL computes real +
+    integer in double precision, Spark in FLOAT."""
+    spark_type = exp.DataType.build("FLOAT" if pg == "float4" else "DOUBLE")
+    for side in ("this", "expression"):
+        node.set(side, exp.Cast(this=node.args[side], to=spark_type.copy()))
+    a, b = node.this, node.expression
+    whens = [
+        exp.If(
+            this=exp.and_(_is_inf(node), exp.not_(exp.or_(_is_inf(a), _is_inf(b)))),
+            true=exp.Anonymous(
+                this="RAISE_ERROR", expressions=[exp.Literal.string("value out of range: overflow")]
+            ),
+        )
+    ]
+    if isinstance(node, exp.Mul | exp.Div):
+        operands_zero = exp.or_(_is_zero(a), _is_zero(b)) if isinstance(node, exp.Mul) else _is_zero(a)
+        whens.append(
+            exp.If(
+                this=exp.and_(_is_zero(node), exp.not_(operands_zero)),
+                true=exp.Anonymous(
+                    this="RAISE_ERROR", expressions=[exp.Literal.string("value out of range: underflow")]
+                ),
+            )
+        )
+    return exp.Paren(this=exp.Case(ifs=whens, default=node.copy()))
+
+
+def _rint(x: exp.Expression) -> exp.Expression:
+    """C's rint(): half to even, and negative values that round to zero give -0 (Spark's BROUND gives +0)."""
+    rounded = exp.Anonymous(this="BROUND", expressions=[x.copy()])
+    negative_zero = exp.Cast(this=exp.Literal.string("-0.0"), to=exp.DataType.build("DOUBLE"))
+    return exp.Paren(
+        this=exp.Case(
+            ifs=[
+                exp.If(
+                    this=exp.and_(exp.LT(this=x.copy(), expression=exp.Literal.number(0)), _is_zero(rounded)),
+                    true=negative_zero,
+                )
+            ],
+            default=rounded.copy(),
+        )
+    )
+
+
 def _typed_rewrites(tree: exp.Expression, a: Analysis) -> None:
     """Rewrite, in place, what Spark computes differently from PostgreSQL for
     the operand types at hand (docs/types.md). Unknown types: no rewrite."""
-    actions: list[tuple[exp.Expression, str]] = []
+    actions: list[tuple[Any, str]] = []  # sqlglot's node classes do not all type as Expression
     # Decide on the untouched tree, then rewrite children before parents.
-    for node in tree.find_all(exp.Div, exp.Cast, exp.Round, exp.Avg, bfs=False):
-        if isinstance(node, exp.Div):
+    for node in tree.find_all(exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Cast, exp.Round, exp.Sum, bfs=False):
+        if not isinstance(node, exp.Expression):
+            continue
+        if isinstance(node, exp.Binary) and pg_type(node, a) in FLOAT_TYPES:
+            actions.append((node, f"FLOAT:{pg_type(node, a)}"))  # PostgreSQL raises on overflow, underflow
+        elif isinstance(node, exp.Div):
             t = pg_type(node, a)
             if t in INT_TYPES:
                 actions.append((node, SPARK_INT[t]))  # PostgreSQL truncates; Spark's / is fractional
@@ -149,21 +242,16 @@ def _typed_rewrites(tree: exp.Expression, a: Analysis) -> None:
             elif target == "numeric":
                 actions.append((node, "DECIMAL"))  # Spark's bare DECIMAL is DECIMAL(10,0)
         elif isinstance(node, exp.Round):
-            if node.args.get("decimals") is None and pg_type(node.this, a) in FLOAT_TYPES:
-                actions.append((node, "BROUND"))  # round(float8) is rint(): half to even
-        else:
-            inner = node.this
-            if isinstance(inner, exp.Distinct):
-                if len(inner.expressions) != 1:
-                    continue
-                inner = inner.expressions[0]
-            arg = pg_type(inner, a)
-            ps = numeric_ps(arg) if arg is not None else None
-            fits = ps is not None and ps[1] <= AVG_SCALE and ps[0] - ps[1] <= 38 - AVG_SCALE
-            if arg in INT_TYPES or fits:
-                actions.append((node, "AVG"))
+            if node.args.get("decimals") is None and pg_type(node.this, a) in (*FLOAT_TYPES, *INT_TYPES):
+                actions.append((node, "BROUND"))  # round(float8), round(int) are rint(): half to even
+        elif isinstance(node, exp.Sum):
+            arg = node.this.expressions[0] if isinstance(node.this, exp.Distinct) else node.this
+            if pg_type(arg, a) == "int8":
+                actions.append((node, "SUM8"))  # numeric in PostgreSQL: no bigint overflow
     for node, action in reversed(actions):
-        if isinstance(node, exp.Div):
+        if action.startswith("FLOAT:"):
+            node.replace(_checked_float(node, action[6:]))
+        elif isinstance(node, exp.Div):
             div = exp.IntDiv(this=node.this, expression=node.expression)
             node.replace(exp.Cast(this=div, to=exp.DataType.build(action)))
         elif isinstance(node, exp.Cast) and action == "DECIMAL":
@@ -173,12 +261,10 @@ def _typed_rewrites(tree: exp.Expression, a: Analysis) -> None:
         elif isinstance(node, exp.Cast):
             node.set("this", exp.Anonymous(this="BROUND", expressions=[node.this]))
         elif isinstance(node, exp.Round):
-            node.replace(exp.Anonymous(this="BROUND", expressions=[node.this]))
-        else:
-            arg = node.this
-            if isinstance(arg, exp.Distinct):
-                arg = arg.expressions[0]
-            arg.replace(exp.Cast(this=arg.copy(), to=exp.DataType.build(f"DECIMAL(38, {AVG_SCALE})")))
+            node.replace(_rint(exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE"))))
+        elif isinstance(node, exp.Sum):
+            arg = node.this.expressions[0] if isinstance(node.this, exp.Distinct) else node.this
+            arg.replace(exp.Cast(this=arg.copy(), to=exp.DataType.build("DECIMAL(38, 0)")))
 
 
 def translate(
@@ -188,6 +274,7 @@ def translate(
     holding aggregates without ORDER BY (compared as multisets)."""
     tree = select.copy()
     tree.set("order", None)
+    _enum_rewrites(tree, a)
     _typed_rewrites(tree, a)
     # Tables -> views, keeping the name the SQL uses as alias.
     order = list(a.aliases)

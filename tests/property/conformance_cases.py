@@ -1,0 +1,90 @@
+"""Differential cases for every allowlist entry (txjoin.join.plan.allowlist).
+
+Each case is an expression over the conformance table ``c`` (CONFORMANCE_DDL);
+aggregate entries' cases are evaluated per ``GROUP BY g``. The conformance
+test runs every case on PostgreSQL and through txjoin's Spark translation and
+fails if an entry has no case here.
+"""
+
+from __future__ import annotations
+
+CONFORMANCE_DDL = """
+CREATE TYPE size AS ENUM ('small', 'medium', 'large');
+ALTER TYPE size ADD VALUE 'tiny' BEFORE 'small';
+CREATE TABLE c (
+    id int PRIMARY KEY, g int,
+    i2 smallint, i4 int, i4b int, i8 bigint,
+    n numeric, n2 numeric(10,2), n4 numeric(12,4),
+    f4 real, f8 double precision,
+    b bool, b2 bool,
+    t text, t2 text, vc varchar(20), ch char(5), ch2 char(5),
+    d date, ts timestamp, tz timestamptz,
+    u uuid, by bytea, j json, jb jsonb,
+    ai int[], at text[], e size
+)
+"""
+
+CASES: dict[str, list[str]] = {
+    "type smallint, integer, bigint": ["i2", "i4", "i8"],
+    "type numeric(p,s)": ["n2", "n4"],
+    "type numeric": ["n"],
+    "type real, double precision": ["f4", "f8"],
+    "type boolean": ["b"],
+    "type text, varchar(n)": ["t", "vc"],
+    "type char(n)": ["ch"],
+    "type date": ["d"],
+    "type timestamp": ["ts"],
+    "type timestamptz": ["tz"],
+    "type uuid": ["u"],
+    "type bytea": ["by"],
+    "type json, jsonb": ["j", "jb"],
+    "type arrays of integer, text, boolean, uuid": ["ai", "at"],
+    "type enum": ["e", "e = 'medium'", "e < 'large'", "e BETWEEN 'small' AND 'large'", "e::text", "@agg max(e)",
+                  "@agg min(e)", "@agg json_agg(id ORDER BY e, id)"],
+    "operator +": ["i4 + i4b", "i2 + i2", "i8 + i4", "n2 + n4", "n2 + i4", "f8 + f8", "f4 + i4", "n + n2"],
+    "operator -": ["i4 - i4b", "-i4", "n2 - n4", "-n2", "f8 - f4", "i8 - 1"],
+    "operator *": ["i4 * i4b", "i2 * i2", "n2 * n4", "n2 * 3", "f8 * f8", "n * 2"],
+    "operator /": ["i4 / nullif(i4b, 0)", "i8 / 3", "-7 / 2", "f8 / nullif(f8, 0)", "i2 / nullif(i2, 0)"],
+    "operator %": ["i4 % nullif(i4b, 0)", "i8 % 7", "-7 % 3"],
+    "operator =, <>": ["i4 = i4b", "i4 <> i8", "n2 = n4", "t = t2", "b = b2", "d = d", "u = u", "ch = ch2", "by = by", "t = 'a'"],
+    "operator <, <=, >, >=": ["i4 < i4b", "n2 <= n4", "f8 > f4", "d >= d", "ts < ts", "tz > tz", "b < b2", "u < u",
+                   "t COLLATE \"C\" < t2 COLLATE \"C\""],
+    "operator AND, OR, NOT": ["b AND b2", "b OR b2", "NOT b", "(i4 > 0) AND (b OR i4b < 0)"],
+    "operator IS [NOT] DISTINCT FROM": ["i4 IS DISTINCT FROM i4b", "t IS NOT DISTINCT FROM t2"],
+    "operator IS [NOT] NULL": ["i4 IS NULL", "t IS NOT NULL", "j IS NULL", "b IS TRUE", "b IS NOT FALSE"],
+    "operator IN (list)": ["i4 IN (1, 2, i4b)", "t IN ('a', 'B', t2)", "i4 NOT IN (0, 1)"],
+    "operator BETWEEN": ["i4 BETWEEN i4b AND 100", "n2 BETWEEN 0 AND n4", "d BETWEEN d AND d"],
+    "operator LIKE": ["t LIKE 'a%'", "t LIKE '%\\_%'", "vc LIKE '_b%'", "t NOT LIKE '%é%'"],
+    "operator ||": ["t || t2", "t || '-' || vc"],
+    "operator = ANY(array)": ["@where i4 = ANY(ai)", "@where t = ANY(at) AND b"],
+    'operator COLLATE "C"': ['t COLLATE "C" >= t2 COLLATE "C"', '@agg max(t COLLATE "C")'],
+    "operator CASE": ["CASE WHEN b THEN i4 ELSE i8 END", "CASE WHEN i4 > 0 THEN n2 WHEN b THEN 1 END",
+                      "CASE WHEN t = 'a' THEN t2 ELSE 'x' END"],
+    "function coalesce": ["coalesce(i4, i4b, 0)", "coalesce(n2, n4)", "coalesce(t, t2, 'z')"],
+    "function nullif": ["nullif(i4, i4b)", "nullif(t, 'a')"],
+    "function greatest, least": ["greatest(i4, i4b)", "least(n2, n4, 0)", "greatest(d, d)", "least(f8, f4)"],
+    "function abs": ["abs(i4)", "abs(n2)", "abs(f8)"],
+    "function round": ["round(n4)", "round(n4, 2)", "round(n2, 1)", "round(f8)", "round(i4)", "round(n, 3)"],
+    "function length, char_length": ["length(t)", "char_length(vc)"],
+    "function lower, upper": ["lower(t)", "upper(t2)"],
+    "cast integer -> integer": ["i4::bigint", "i2::int", "i8::smallint"],
+    "cast numeric -> integer": ["n2::int", "n4::bigint", "n::smallint"],
+    "cast double precision -> integer": ["f8::int", "f4::bigint"],
+    "cast integer or numeric -> numeric": ["i4::numeric", "n4::numeric(10,2)", "i8::numeric(20,1)", "n::numeric(30,5)"],
+    "cast integer or numeric -> double precision": ["i8::float8", "n2::float8", "n::double precision"],
+    "cast integer -> text": ["i4::text", "i8::text"],
+    "cast text, varchar, enum, uuid -> text": ["vc::text", "u::text", "t::varchar"],
+    "cast boolean -> text": ["b::text"],
+    "cast timestamp -> date": ["ts::date"],
+    "cast date -> timestamp": ["d::timestamp"],
+    "aggregate count": ["@agg count(*)", "@agg count(i4)", "@agg count(DISTINCT t)"],
+    "aggregate sum": ["@agg sum(i4)", "@agg sum(i8)", "@agg sum(n2)", "@agg sum(DISTINCT i2)", "@agg sum(n)"],
+    "aggregate min, max": ["@agg min(i4)", "@agg max(n2)", "@agg max(d)", "@agg min(tz)", "@agg min(f8)"],
+    "aggregate bool_and, bool_or": ["@agg bool_and(b)", "@agg bool_or(b2)"],
+    "aggregate json_agg": ["@agg json_agg(i4 ORDER BY id)", "@agg json_agg(t ORDER BY id DESC)",
+                           "@agg json_agg(n2 ORDER BY i4, id)"],
+    "aggregate array_agg": ["@agg array_agg(i4 ORDER BY id)", "@agg array_agg(t ORDER BY id)"],
+    "aggregate string_agg": ["@agg string_agg(t, ',' ORDER BY id)", "@agg string_agg(vc, '' ORDER BY id DESC)"],
+    "function json_build_object, jsonb_build_object": ["json_build_object('i', i4, 't', t, 'n', n2, 'b', b)",
+                                   "jsonb_build_object('k', t2)"],
+}  # fmt: skip
