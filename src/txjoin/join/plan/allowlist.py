@@ -645,5 +645,22 @@ def markdown() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+START, END = "<!-- allowlist:start -->", "<!-- allowlist:end -->"
+
+
+def in_readme(text: str) -> str:
+    """``text`` (README.md) with the tables between the allowlist markers regenerated."""
+    head, _, rest = text.partition(START)
+    _, _, tail = rest.partition(END)
+    return f"{head}{START}\n{markdown()}{END}{tail}"
+
+
 if __name__ == "__main__":
-    print(markdown(), end="")
+    import sys
+    from pathlib import Path
+
+    if sys.argv[1:2] == ["--readme"]:
+        path = Path(sys.argv[2])
+        path.write_text(in_readme(path.read_text()))
+    else:
+        print(markdown(), end="")
