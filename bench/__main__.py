@@ -127,7 +127,7 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
             ))  # fmt: skip
             peak = max(z["peak_rss_gib"])
             rows.append((
-                f"peak memory (PSS) of txjoin's processes (Python + JVM), {z['rows']:,} orders, first version",
+                f"peak memory (PSS) of all txjoin processes, {z['rows']:,} orders, first version",
                 f"{rng(z['peak_rss_gib'], '.2f')} GiB", "", "", "<= 6 GiB", "yes" if peak <= 6 else "no",
             ))  # fmt: skip
             b = z.get("big")
