@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from txjoin.debezium.arrow import from_values, value_type
 from txjoin.debezium.values import arrow_type, from_debezium
 from txjoin.errors import ProtocolError, SchemaChangeError, UnsupportedQuery
+from txjoin.join import pgnumeric
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan
 from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName
@@ -173,6 +174,7 @@ class SparkEngine:
     def __init__(self, spark: Any, tables: Mapping[QualifiedName, Table]) -> None:
         self.spark = spark
         self.tables = dict(tables)
+        pgnumeric.register(spark)
 
     def run(self, plan: OutputPlan, rows: Mapping[str, pa.Table]) -> pa.Table:
         """The SQL's result over ``rows`` (per alias of the SQL, Debezium values)."""

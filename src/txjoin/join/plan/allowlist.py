@@ -2,8 +2,8 @@
 
 Every function, operator, cast, aggregate and column type the planner
 accepts is an :class:`Entry` here, with PostgreSQL's semantics and how txjoin
-computes them on Spark; :func:`check` refuses anything else when the spec
-loads, naming the construct and the output. :func:`pg_type` infers each
+computes them on Spark; :func:`txjoin.join.plan.gate.check` refuses anything
+else when the spec loads, naming the construct and the output. :func:`pg_type` infers each
 expression's PostgreSQL type from the same entries, so an entry's argument
 types are checked too. README's "What an output's SQL may use" is generated
 from :data:`ENTRIES` (``python -m txjoin.join.plan.allowlist``), and the
@@ -22,10 +22,28 @@ from typing import Literal
 
 from sqlglot import exp
 
-from txjoin.join.plan.model import Analysis, refuse
+from txjoin.join.plan.model import Analysis
 from txjoin.join.plan.typerules import FLOAT_TYPES, INT_TYPES, base_type, cast_type
 
-__all__ = ["ENTRIES", "Entry", "check", "entry_for", "markdown", "pg_type", "type_class"]
+__all__ = [
+    "ANONYMOUS",
+    "ENTRIES",
+    "NODES",
+    "NULL",
+    "ORDERED",
+    "STRUCTURE",
+    "UNKNOWN",
+    "Entry",
+    "args_of",
+    "cast_result",
+    "cast_target",
+    "constant",
+    "entry_for",
+    "in_readme",
+    "markdown",
+    "pg_type",
+    "type_class",
+]
 
 Kind = Literal["type", "operator", "function", "aggregate", "cast"]
 Typer = Callable[[Sequence[str]], "str | None"]
@@ -86,7 +104,7 @@ def type_class(t: str) -> str | None:
 
 
 _NUMBERS = ("int", "numeric", "float")
-_ORDERED = (*_NUMBERS, "text", "bool", "date", "timestamp", "timestamptz", "uuid", "enum")
+ORDERED = (*_NUMBERS, "text", "bool", "date", "timestamp", "timestamptz", "uuid", "enum")
 
 
 def promote(types: Sequence[str]) -> str | None:
@@ -140,15 +158,15 @@ def _comparison(ordering: bool) -> Typer:
         if p is None:
             return None
         c = type_class(p)
-        allowed = _ORDERED if ordering else (*_ORDERED, "bpchar", "bytea")
+        allowed = ORDERED if ordering else (*ORDERED, "bpchar", "bytea")
         return "bool" if c in (*allowed, NULL) else None
 
     return typer
 
 
-def _int_div(args: Sequence[str]) -> str | None:
+def _div(args: Sequence[str]) -> str | None:
     p = promote(args)
-    return p if p is not None and type_class(p) in ("int", "float") else None
+    return p if p is not None and type_class(p) in _NUMBERS else None
 
 
 def _sum(args: Sequence[str]) -> str | None:
@@ -204,7 +222,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("operator", "+", _NUM, "Spark +; integer overflow raises an error in both.", _of(*_NUMBERS)),
     _E("operator", "-", _NUM, "Spark -; also unary minus.", _of(*_NUMBERS)),
     _E("operator", "*", _NUM, "Spark *; decimal products keep every digit (no precision loss).", _of(*_NUMBERS)),
-    _E("operator", "/", "integer or double precision operands", "Integers truncate toward zero (`CAST(a DIV b AS INT)`); floats divide; division by zero raises an error in both. Numeric division is refused: PostgreSQL chooses each quotient's scale from its operands' values.", _int_div),
+    _E("operator", "/", "integers, double precision; numeric where the result is rounded to a fixed scale", "Integers truncate toward zero (`CAST(a DIV b AS INT)`); floats divide (overflow raises); division by zero raises in both. A numeric quotient has a scale PostgreSQL picks per value (select_div_scale), which one Delta decimal column cannot hold: it is accepted as `round(a / b, k)` or `(a / b)::numeric(p,s)`, over operands whose scales the column types fix, and computed exactly as PostgreSQL does (div_var, then the rounding) by txjoin's UDF.", _div),
     _E("operator", "%", "integer, integer", "Spark %: the result has the dividend's sign, as in PostgreSQL.", _of("int")),
     _E("operator", "=, <>", "two values of one type", "Spark = / <>; text compares byte for byte (equal under the deterministic collations txjoin accepts).", _comparison(ordering=False)),
     _E("operator", "<, <=, >, >=", "numbers, C-collated text, boolean, date, timestamp, timestamptz, uuid", "Spark's comparison; text only under the C collation (see collations).", _comparison(ordering=True)),
@@ -240,7 +258,8 @@ ENTRIES: tuple[Entry, ...] = (
     # Aggregates.
     _E("aggregate", "count", "*, a value, DISTINCT a value", "Spark COUNT; bigint in both.", _any("int8")),
     _E("aggregate", "sum", "integer or numeric", "Exact (bigint sum of smallint/integer; numeric of bigint: SUM over DECIMAL(38,0), no bigint overflow); NULL over no rows. Sums of double precision are refused: their last digits depend on the order rows are added.", _sum),
-    _E("aggregate", "min, max", "numbers, C-collated text, date, timestamp, timestamptz, uuid, enum", "Spark MIN / MAX; text only under the C collation.", lambda args: args[0] if type_class(args[0]) in _ORDERED and type_class(args[0]) != "bool" else None),
+    _E("aggregate", "avg", "integer or numeric(p,s), rounded to a fixed scale", "PostgreSQL's avg is the numeric division of the sum by the count (scale per value): accepted as `round(avg(x), k)` or `avg(x)::numeric(p,s)` and computed exactly, like `/`.", _of("int", "numeric", result="numeric")),
+    _E("aggregate", "min, max", "numbers, C-collated text, date, timestamp, timestamptz, uuid, enum", "Spark MIN / MAX; text only under the C collation.", lambda args: args[0] if type_class(args[0]) in ORDERED and type_class(args[0]) != "bool" else None),
     _E("aggregate", "bool_and, bool_or", "boolean", "Spark BOOL_AND / BOOL_OR.", _of("bool", result="bool")),
     _E("aggregate", "json_agg", "integer, numeric, text, boolean [ORDER BY ...]", "A JSON array in the ORDER BY's order (without ORDER BY compared as a multiset); NULL over no rows.", _of("int", "numeric", "text", "bool", result="json")),
     _E("aggregate", "array_agg", "integer, text, boolean, uuid [ORDER BY ...]", "An array in the ORDER BY's order (without ORDER BY compared as a multiset); NULL over no rows.", _array_of),
@@ -254,7 +273,7 @@ for _e in ENTRIES:
         _BY_KEY.setdefault((_e.kind, _n.strip()), _e)
 
 #: sqlglot node -> (kind, name) of its entry.
-_NODES: dict[type[exp.Expression], tuple[Kind, str]] = {
+NODES: dict[type[exp.Expression], tuple[Kind, str]] = {
     exp.Add: ("operator", "+"),
     exp.Sub: ("operator", "-"),
     exp.Neg: ("operator", "-"),
@@ -290,6 +309,7 @@ _NODES: dict[type[exp.Expression], tuple[Kind, str]] = {
     exp.Count: ("aggregate", "count"),
     exp.Sum: ("aggregate", "sum"),
     exp.Avg: ("aggregate", "avg"),
+    exp.Avg: ("aggregate", "avg"),
     exp.Min: ("aggregate", "min"),
     exp.Max: ("aggregate", "max"),
     exp.LogicalAnd: ("aggregate", "bool_and"),
@@ -298,12 +318,12 @@ _NODES: dict[type[exp.Expression], tuple[Kind, str]] = {
     exp.ArrayAgg: ("aggregate", "array_agg"),
     exp.GroupConcat: ("aggregate", "string_agg"),
 }
-_ANONYMOUS: dict[str, tuple[Kind, str]] = {
+ANONYMOUS: dict[str, tuple[Kind, str]] = {
     "JSON_BUILD_OBJECT": ("function", "json_build_object"),
     "JSONB_BUILD_OBJECT": ("function", "jsonb_build_object"),
 }
 #: Nodes that are structure, not constructs with semantics of their own.
-_STRUCTURE: tuple[type[exp.Expression], ...] = (
+STRUCTURE: tuple[type[exp.Expression], ...] = (
     exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Alias, exp.Column,
     exp.Identifier, exp.Table, exp.TableAlias, exp.Paren, exp.Literal, exp.Null, exp.Boolean,
     exp.Ordered, exp.Order, exp.Distinct, exp.DataType, exp.DataTypeParam, exp.Star, exp.Tuple, exp.Any,
@@ -312,20 +332,20 @@ _STRUCTURE: tuple[type[exp.Expression], ...] = (
 
 def entry_for(node: exp.Expression) -> Entry | None:
     """The entry a node is an instance of (None: not on the list)."""
-    key = _ANONYMOUS.get(node.name.upper()) if isinstance(node, exp.Anonymous) else _NODES.get(type(node))
+    key = ANONYMOUS.get(node.name.upper()) if isinstance(node, exp.Anonymous) else NODES.get(type(node))
     return _BY_KEY.get(key) if key is not None else None
 
 
 # -- types of expressions ---------------------------------------------------------
 
 
-def _cast_target(to: exp.DataType) -> str | None:
+def cast_target(to: exp.DataType) -> str | None:
     if to.this in (exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR) and to.expressions:
         return None  # varchar(n) and char(n) truncate or pad
     return cast_type(to)
 
 
-def _constant(node: exp.Expression) -> str | None:
+def constant(node: exp.Expression) -> str | None:
     return node.this if isinstance(node, exp.Literal) and node.is_string else None
 
 
@@ -346,7 +366,7 @@ _CONSTANTS = {
 }
 
 
-def _cast_result(src: str, target: str, constant: str | None = None) -> str | None:
+def cast_result(src: str, target: str, constant: str | None = None) -> str | None:
     """The cast's result type, or None when the (source, target) pair is not on the list."""
     s, t = type_class(src), type_class(target)
     if s == NULL:
@@ -359,7 +379,7 @@ def _cast_result(src: str, target: str, constant: str | None = None) -> str | No
     return target if (s, t) in _CASTS else None
 
 
-def _args(node: exp.Expression) -> list[exp.Expression]:
+def args_of(node: exp.Expression) -> list[exp.Expression]:
     if isinstance(node, exp.Collate):
         return [node.this]
     if isinstance(node, exp.Case):
@@ -410,9 +430,9 @@ def pg_type(node: exp.Expression, a: Analysis) -> str | None:
             return "int4" if v < 2**31 else "int8" if v < 2**63 else "numeric"
         return "numeric"  # 2.5 and 1e3 are numeric constants in PostgreSQL
     if isinstance(node, exp.Cast):
-        target = _cast_target(node.to)
+        target = cast_target(node.to)
         src = pg_type(node.this, a)
-        return None if target is None or src is None else _cast_result(src, target, _constant(node.this))
+        return None if target is None or src is None else cast_result(src, target, constant(node.this))
     if isinstance(node, exp.Is | exp.Any):
         return "bool"
     entry = entry_for(node)
@@ -420,206 +440,10 @@ def pg_type(node: exp.Expression, a: Analysis) -> str | None:
         return None
     if isinstance(node, exp.EQ) and any(isinstance(x, exp.Any) for x in (node.this, node.expression)):
         return "bool"
-    types = [pg_type(x, a) for x in _args(node)]
+    types = [pg_type(x, a) for x in args_of(node)]
     if any(t is None for t in types):
         return None
     return entry.typer([t for t in types if t is not None])
-
-
-# -- the check --------------------------------------------------------------------
-
-
-def check(tree: exp.Expression, a: Analysis) -> None:
-    """Refuse, naming it, the first construct of ``tree`` that is not on the list
-    or is applied to operand types its entry does not take."""
-    for node in tree.walk():
-        if not isinstance(node, exp.Expression):
-            continue
-        if isinstance(node, exp.Column):
-            _check_column(node, a)
-            continue
-        if isinstance(node, exp.Is | exp.Filter) or (isinstance(node, exp.If) and isinstance(node.parent, exp.Case)):
-            continue
-        if isinstance(node, exp.Cast):
-            src, target = pg_type(node.this, a), _cast_target(node.to)
-            if src is not None and (
-                target is None or _cast_result(src, target, _constant(node.this)) is None
-            ):
-                raise refuse(
-                    a.output,
-                    f"a cast from {_label(src)} to {node.to.sql(dialect='postgres')}",
-                    "txjoin accepts only the casts it computes exactly as PostgreSQL does (see "
-                    "README, 'What an output's SQL may use')",
-                    node,
-                )
-            continue
-        if isinstance(node, exp.Ordered) and node.find_ancestor(exp.AggFunc) is not None:
-            t = pg_type(node.this, a)
-            if t is not None and type_class(t) not in _ORDERED:
-                raise refuse(
-                    a.output, f"ORDER BY over {_label(t)}", "order by numbers, text, dates or times", node
-                )
-            _check_order(node.this, a, node)
-            continue
-        if isinstance(node, _STRUCTURE):
-            continue
-        if isinstance(node, exp.Collate) and _collate_name(node) != "C":
-            raise refuse(
-                a.output,
-                f"COLLATE {node.expression.sql(dialect='postgres')}",
-                'Spark orders text by its bytes, as PostgreSQL\'s "C" collation does; only COLLATE "C" '
-                "is accepted",
-                node,
-            )
-        entry = entry_for(node)
-        if entry is None:
-            raise refuse(
-                a.output,
-                f"{_construct(node)}",
-                "txjoin accepts only functions and operators it computes exactly as PostgreSQL "
-                "does, and this one is not among them (see README, 'What an output's SQL may use'); "
-                "compute it from the output table instead",
-                node,
-            )
-        if isinstance(node, exp.Anonymous):
-            for key in node.expressions[0::2]:
-                if pg_type(key, a) not in (UNKNOWN, "text"):
-                    raise refuse(
-                        a.output, f"{node.name.lower()} with a key that is not text", "use text keys", node
-                    )
-        if isinstance(node, exp.EQ) and any(isinstance(x, exp.Any) for x in (node.this, node.expression)):
-            _check_condition(node, a)
-            continue
-        types = [pg_type(x, a) for x in _args(node)]
-        if any(t is None for t in types):
-            continue  # the operand itself is refused when the walk reaches it
-        if isinstance(node, _ORDERING):
-            for x in _args(node):
-                _check_order(x, a, node)
-        _check_enum_constants(node, [t for t in types if t is not None], a)
-        if entry.typer([t for t in types if t is not None]) is None:
-            raise refuse(
-                a.output,
-                f"{entry.kind} {_spelling(node, entry)} over {', '.join(_label(t) for t in types if t)}",
-                f"txjoin computes it exactly only over {entry.args}",
-                node,
-            )
-
-
-def enum_labels(a: Analysis, t: str) -> tuple[str, ...]:
-    """The labels of enum type ``t`` ('enum:<typname>') in declared order."""
-    for info in a.aliases.values():
-        for col, labels in info.enums.items():
-            if info.types.get(col) == t:
-                return labels
-    return ()
-
-
-def _check_enum_constants(node: exp.Expression, types: list[str], a: Analysis) -> None:
-    """A string constant compared with an enum must be one of its labels (PostgreSQL raises otherwise)."""
-    enums = [t for t in types if type_class(t) == "enum"]
-    if not enums:
-        return
-    labels = enum_labels(a, enums[0])
-    for x in _args(node):
-        if isinstance(x, exp.Literal) and x.is_string and x.this not in labels:
-            raise refuse(
-                a.output,
-                f"'{x.this}', which is not a label of the enum {enums[0][5:]} ({', '.join(labels)})",
-                "PostgreSQL rejects the SQL: use one of the labels",
-                node,
-            )
-
-
-def _check_condition(node: exp.Expression, a: Analysis) -> None:
-    """Refuse ``x = ANY(arr)`` anywhere but as an AND-ed condition of WHERE or ON."""
-    parent = node.parent
-    while isinstance(parent, exp.And | exp.Paren):
-        parent = parent.parent
-    if not isinstance(parent, exp.Where | exp.Join):
-        raise refuse(
-            a.output,
-            "`= ANY(array)` outside a WHERE or ON condition",
-            "PostgreSQL gives NULL where Spark's array_contains gives false (no match and a NULL "
-            "element); use it only as a condition of WHERE or ON, joined by AND",
-            node,
-        )
-
-
-_ORDERING = (exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between, exp.Min, exp.Max)
-
-
-def _collate_name(node: exp.Collate) -> str:
-    name = node.expression.name if isinstance(node.expression, exp.Column | exp.Identifier) else ""
-    name = name or node.expression.sql(dialect="postgres").strip('"')
-    return "C" if name in ("C", "POSIX", "ucs_basic") else name
-
-
-def _collation(node: exp.Expression, a: Analysis) -> str:
-    """The collation ordering a text expression: 'C' unless a column of another collation feeds it."""
-    if isinstance(node, exp.Collate):
-        return _collate_name(node)
-    if isinstance(node, exp.Column):
-        info = a.aliases.get(node.table)
-        return info.collations.get(node.name, "C") if info is not None else "C"
-    for child in node.iter_expressions():
-        c = _collation(child, a)
-        if c != "C":
-            return c
-    return "C"
-
-
-def _check_order(node: exp.Expression, a: Analysis, where: exp.Expression) -> None:
-    """Refuse ordering text under a collation Spark does not implement."""
-    t = pg_type(node, a)
-    if t is None or type_class(t) not in ("text", UNKNOWN):
-        return
-    coll = _collation(node, a)
-    if coll != "C":
-        raise refuse(
-            a.output,
-            f"ordering text under the collation {coll!r} (min, max, <, >, BETWEEN or ORDER BY over "
-            f"`{node.sql(dialect='postgres')}`)",
-            f"Spark orders text by its bytes, not as {coll!r} does, so results would differ; for "
-            f'exact results write `{node.sql(dialect="postgres")} COLLATE "C"` in the output\'s SQL (byte '
-            "order), or give the column a C collation at the source",
-            where,
-        )
-
-
-def _check_column(col: exp.Column, a: Analysis) -> None:
-    info = a.aliases.get(col.table)
-    if info is None:
-        return
-    t = info.types.get(col.name)
-    if t is None or type_class(t) is None:
-        raise refuse(
-            a.output,
-            f"column {col.table}.{col.name} of type {_label(t) if t else 'unknown'} ({info.name})",
-            "txjoin reads only the column types it converts exactly (see README, 'What an output's "
-            "SQL may use'); leave the column out of the output's SQL, or change its type at the source",
-            col,
-        )
-
-
-def _label(t: str) -> str:
-    return {"int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real", "float8": "double precision",
-            "bool": "boolean", "bpchar": "char", UNKNOWN: "a string constant", NULL: "NULL"}.get(
-        t, "enum " + t[5:] if t.startswith("enum:") else (t[1:] + "[]" if t.startswith("_") else t)
-    )  # fmt: skip
-
-
-def _spelling(node: exp.Expression, entry: Entry) -> str:
-    key = _ANONYMOUS.get(node.name.upper()) if isinstance(node, exp.Anonymous) else _NODES.get(type(node))
-    return key[1] if key else entry.name
-
-
-def _construct(node: exp.Expression) -> str:
-    if isinstance(node, exp.Anonymous):
-        return f"the function {node.name.lower()}()"
-    if isinstance(node, exp.Func):
-        return f"the function {node.sql_name().lower()}()"
-    return f"the construct {type(node).__name__}"
 
 
 # -- docs ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from sqlglot.errors import ParseError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from txjoin.errors import UnsupportedQuery
-from txjoin.join.plan import allowlist
+from txjoin.join.plan import gate
 from txjoin.join.plan.model import Analysis, Edge, OutputPlan, TableInfo, any_array, refuse
 from txjoin.join.plan.translate import translate
 from txjoin.join.plan.typerules import check_edge_types, check_group_types
@@ -350,7 +350,7 @@ def plan_output(
     select = _parse(name, sql)
     a = _analyse_joins(select, tables, name)
     s = _read_select(select, a, key)
-    allowlist.check(select, a)
+    gate.check(select, a)
     p = _choose_partitions(a, key, s)
     spark_sql, unordered = translate(select, a, name, s.columns)
     json_cols = frozenset(n for n, e in s.columns if _is_json(e))

@@ -12,7 +12,8 @@ from typing import Any
 from sqlglot import exp
 
 from txjoin.errors import UnsupportedQuery
-from txjoin.join.plan.allowlist import enum_labels, pg_type
+from txjoin.join.plan.allowlist import pg_type
+from txjoin.join.plan.gate import enum_labels, quotient_scale
 from txjoin.join.plan.model import Analysis, any_array, refuse
 from txjoin.join.plan.typerules import (
     FLOAT_TYPES,
@@ -218,6 +219,49 @@ def _rint(x: exp.Expression) -> exp.Expression:
     )
 
 
+def _find_quotients(tree: exp.Expression, a: Analysis) -> list[tuple[Any, tuple[int, int, int, int | None]]]:
+    """Numeric quotients (``/`` and avg) with their operands' scales and the
+    rounding their context applies (the allowlist accepts no others)."""
+    found: list[tuple[Any, tuple[int, int, int, int | None]]] = []
+    for node in tree.find_all(exp.Div, exp.Avg):
+        if isinstance(node, exp.Avg) or pg_type(node, a) == "numeric":
+            found.append((node, quotient_scale(node, a)))
+    return found
+
+
+def _rewrite_quotients(found: list[tuple[Any, tuple[int, int, int, int | None]]]) -> None:
+    """``round(a / b, k)`` and ``(a / b)::numeric(p, k)`` -> PostgreSQL's
+    quotient, rounded, computed by txjoin's UDF on the operands' text
+    (txjoin.join.pgnumeric); avg(x) is sum(x) / count(x)."""
+    from txjoin.join.pgnumeric import UDF_NAME
+
+    for node, (dx, dy, k, precision) in reversed(found):
+        if isinstance(node, exp.Avg):
+            inner = node.this
+            arg = inner.expressions[0] if isinstance(inner, exp.Distinct) else inner
+            # Sums of integers as numeric (no bigint overflow); numeric(p,s) sums keep their type.
+            as_dec = arg.copy() if dx else exp.Cast(this=arg.copy(), to=exp.DataType.build("DECIMAL(38, 0)"))
+            wrap = (
+                (lambda e: exp.Distinct(expressions=[e]))
+                if isinstance(inner, exp.Distinct)
+                else (lambda e: e)
+            )
+            x: exp.Expression = exp.Sum(this=wrap(as_dec))
+            y: exp.Expression = exp.Count(this=wrap(arg.copy()))
+        else:
+            x, y = node.this.copy(), node.expression.copy()
+        text = [exp.Cast(this=e, to=exp.DataType.build("STRING")) for e in (x, y)]
+        call = exp.Anonymous(
+            this=UDF_NAME,
+            expressions=[*text, exp.Literal.number(dx), exp.Literal.number(dy), exp.Literal.number(k)],
+        )
+        target = node.parent
+        while isinstance(target, exp.Paren):
+            target = target.parent
+        result = exp.Cast(this=call, to=exp.DataType.build(f"DECIMAL({precision or 38}, {k})"))
+        target.replace(result)
+
+
 def _typed_rewrites(tree: exp.Expression, a: Analysis) -> None:
     """Rewrite, in place, what Spark computes differently from PostgreSQL for
     the operand types at hand (docs/types.md). Unknown types: no rewrite."""
@@ -274,8 +318,10 @@ def translate(
     holding aggregates without ORDER BY (compared as multisets)."""
     tree = select.copy()
     tree.set("order", None)
+    quotients = _find_quotients(tree, a)
     _enum_rewrites(tree, a)
     _typed_rewrites(tree, a)
+    _rewrite_quotients(quotients)
     # Tables -> views, keeping the name the SQL uses as alias.
     order = list(a.aliases)
     for t in tree.find_all(exp.Table):

@@ -1,0 +1,322 @@
+"""The default-deny check of an output's SQL against the allowlist
+(:mod:`txjoin.join.plan.allowlist`): every node must be an entry applied to
+operand types it takes; text ordering needs the C collation; enum constants
+must be labels; a numeric quotient must be rounded to a fixed scale over
+operands of fixed display scale (:func:`quotient_scale`, :func:`dscale`).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from sqlglot import exp
+
+from txjoin.join.plan.allowlist import (
+    ANONYMOUS,
+    NODES,
+    NULL,
+    ORDERED,
+    STRUCTURE,
+    UNKNOWN,
+    Entry,
+    args_of,
+    cast_result,
+    cast_target,
+    constant,
+    entry_for,
+    pg_type,
+    type_class,
+)
+from txjoin.join.plan.model import Analysis, refuse
+from txjoin.join.plan.typerules import cast_type, numeric_ps
+
+__all__ = ["check", "dscale", "enum_labels", "quotient_scale"]
+
+
+def check(tree: exp.Expression, a: Analysis) -> None:
+    """Refuse, naming it, the first construct of ``tree`` that is not on the list
+    or is applied to operand types its entry does not take."""
+    for node in tree.walk():
+        if not isinstance(node, exp.Expression):
+            continue
+        if isinstance(node, exp.Column):
+            _check_column(node, a)
+            continue
+        if isinstance(node, exp.Is | exp.Filter) or (
+            isinstance(node, exp.If) and isinstance(node.parent, exp.Case)
+        ):
+            continue
+        if isinstance(node, exp.Cast):
+            src, target = pg_type(node.this, a), cast_target(node.to)
+            if src is not None and (target is None or cast_result(src, target, constant(node.this)) is None):
+                raise refuse(
+                    a.output,
+                    f"a cast from {_label(src)} to {node.to.sql(dialect='postgres')}",
+                    "txjoin accepts only the casts it computes exactly as PostgreSQL does (see "
+                    "README, 'What an output's SQL may use')",
+                    node,
+                )
+            continue
+        if isinstance(node, exp.Ordered) and node.find_ancestor(exp.AggFunc) is not None:
+            t = pg_type(node.this, a)
+            if t is not None and type_class(t) not in ORDERED:
+                raise refuse(
+                    a.output, f"ORDER BY over {_label(t)}", "order by numbers, text, dates or times", node
+                )
+            _check_order(node.this, a, node)
+            continue
+        if isinstance(node, STRUCTURE):
+            continue
+        if isinstance(node, exp.Collate) and _collate_name(node) != "C":
+            raise refuse(
+                a.output,
+                f"COLLATE {node.expression.sql(dialect='postgres')}",
+                'Spark orders text by its bytes, as PostgreSQL\'s "C" collation does; only COLLATE "C" '
+                "is accepted",
+                node,
+            )
+        entry = entry_for(node)
+        if entry is None:
+            raise refuse(
+                a.output,
+                f"{_construct(node)}",
+                "txjoin accepts only functions and operators it computes exactly as PostgreSQL "
+                "does, and this one is not among them (see README, 'What an output's SQL may use'); "
+                "compute it from the output table instead",
+                node,
+            )
+        if isinstance(node, exp.Anonymous):
+            for key in node.expressions[0::2]:
+                if pg_type(key, a) not in (UNKNOWN, "text"):
+                    raise refuse(
+                        a.output, f"{node.name.lower()} with a key that is not text", "use text keys", node
+                    )
+        if isinstance(node, exp.EQ) and any(isinstance(x, exp.Any) for x in (node.this, node.expression)):
+            _check_condition(node, a)
+            continue
+        types = [pg_type(x, a) for x in args_of(node)]
+        if any(t is None for t in types):
+            continue  # the operand itself is refused when the walk reaches it
+        if isinstance(node, _ORDERING):
+            for x in args_of(node):
+                _check_order(x, a, node)
+        if isinstance(node, exp.Avg) or (isinstance(node, exp.Div) and pg_type(node, a) == "numeric"):
+            quotient_scale(node, a)
+        _check_enum_constants(node, [t for t in types if t is not None], a)
+        if entry.typer([t for t in types if t is not None]) is None:
+            raise refuse(
+                a.output,
+                f"{entry.kind} {_spelling(node, entry)} over {', '.join(_label(t) for t in types if t)}",
+                f"txjoin computes it exactly only over {entry.args}",
+                node,
+            )
+
+
+def dscale(node: exp.Expression, a: Analysis) -> int | None:
+    """The display scale PostgreSQL's numeric gives every value of ``node``;
+    None where it varies per value (unconstrained numeric, a quotient)."""
+    if isinstance(node, exp.Paren):
+        return dscale(node.this, a)
+    t = pg_type(node, a)
+    if t is None:
+        return None
+    if type_class(t) == "int":
+        return 0
+    if isinstance(node, exp.Column):
+        ps = numeric_ps(t)
+        return ps[1] if ps is not None and ps[1] >= 0 else None
+    if isinstance(node, exp.Literal) and not node.is_string:
+        exponent = Decimal(node.this).as_tuple().exponent
+        return max(0, -exponent) if isinstance(exponent, int) else None
+    if isinstance(node, exp.Cast):
+        ps = numeric_ps(t)
+        return ps[1] if ps is not None and ps[1] >= 0 else dscale(node.this, a)
+    if isinstance(node, exp.Round):
+        k = node.args.get("decimals")
+        return int(k.this) if isinstance(k, exp.Literal) and k.this.isdigit() else None
+    if isinstance(node, exp.Add | exp.Sub | exp.Mul):
+        d1, d2 = dscale(node.this, a), dscale(node.expression, a)
+        if d1 is None or d2 is None:
+            return None
+        return d1 + d2 if isinstance(node, exp.Mul) else max(d1, d2)
+    if isinstance(node, exp.Nullif):
+        return dscale(node.this, a)
+    if isinstance(node, exp.Coalesce | exp.Greatest | exp.Least | exp.Case):
+        branches = args_of(node)
+        scales = {dscale(b, a) for b in branches if not isinstance(b, exp.Null)}
+        return scales.pop() if len(scales) == 1 else None  # the chosen value's own scale otherwise
+    if isinstance(node, exp.Neg | exp.Abs | exp.Sum | exp.Min | exp.Max):
+        inner = node.this.expressions[0] if isinstance(node.this, exp.Distinct) else node.this
+        return dscale(inner, a)
+    return None
+
+
+def quotient_scale(node: exp.Expression, a: Analysis) -> tuple[int, int, int, int | None]:
+    """For a numeric quotient (``/`` or avg): the operands' display scales and
+    the fixed scale (and precision, for a cast) its context rounds it to.
+    Refuses a quotient whose scale would vary per row."""
+    what = "avg()" if isinstance(node, exp.Avg) else "a numeric division"
+    fix = (
+        "PostgreSQL picks each quotient's scale from the operands' values (1/3.0 has 20 "
+        "fractional digits, 10/4.0 has 16) and an output column has one scale: round it, as "
+        f"`round({node.sql(dialect='postgres')}, 6)` or `({node.sql(dialect='postgres')})::numeric(20,6)`"
+    )
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    k: int | None = None
+    precision: int | None = None
+    if isinstance(parent, exp.Round):
+        decimals = parent.args.get("decimals")
+        if isinstance(decimals, exp.Literal) and decimals.this.isdigit() and int(decimals.this) <= 30:
+            k = int(decimals.this)
+    elif isinstance(parent, exp.Cast):
+        ps = numeric_ps(cast_type(parent.to) or "")
+        if ps is not None and 0 <= ps[1] <= ps[0] <= 38:
+            precision, k = ps
+    if k is None:
+        raise refuse(a.output, what + " whose result is not rounded to a fixed scale", fix, node)
+    if isinstance(node, exp.Avg):
+        inner = node.this.expressions[0] if isinstance(node.this, exp.Distinct) else node.this
+        scales: tuple[int | None, int | None] = (dscale(inner, a), 0)
+    else:
+        scales = (dscale(node.this, a), dscale(node.expression, a))
+    if scales[0] is None or scales[1] is None:
+        raise refuse(
+            a.output,
+            what + " over a numeric without a declared scale",
+            "PostgreSQL's quotient depends on each value's own scale, which txjoin does not keep for "
+            "unconstrained numeric: declare the column numeric(p,s), or cast the operand to numeric(p,s)",
+            node,
+        )
+    return scales[0], scales[1], k, precision
+
+
+def enum_labels(a: Analysis, t: str) -> tuple[str, ...]:
+    """The labels of enum type ``t`` ('enum:<typname>') in declared order."""
+    for info in a.aliases.values():
+        for col, labels in info.enums.items():
+            if info.types.get(col) == t:
+                return labels
+    return ()
+
+
+def _check_enum_constants(node: exp.Expression, types: list[str], a: Analysis) -> None:
+    """A string constant compared with an enum must be one of its labels (PostgreSQL raises otherwise)."""
+    enums = [t for t in types if type_class(t) == "enum"]
+    if not enums:
+        return
+    labels = enum_labels(a, enums[0])
+    for x in args_of(node):
+        if isinstance(x, exp.Literal) and x.is_string and x.this not in labels:
+            raise refuse(
+                a.output,
+                f"'{x.this}', which is not a label of the enum {enums[0][5:]} ({', '.join(labels)})",
+                "PostgreSQL rejects the SQL: use one of the labels",
+                node,
+            )
+
+
+def _check_condition(node: exp.Expression, a: Analysis) -> None:
+    """Refuse ``x = ANY(arr)`` anywhere but as an AND-ed condition of WHERE or ON."""
+    parent = node.parent
+    while isinstance(parent, exp.And | exp.Paren):
+        parent = parent.parent
+    if not isinstance(parent, exp.Where | exp.Join):
+        raise refuse(
+            a.output,
+            "`= ANY(array)` outside a WHERE or ON condition",
+            "PostgreSQL gives NULL where Spark's array_contains gives false (no match and a NULL "
+            "element); use it only as a condition of WHERE or ON, joined by AND",
+            node,
+        )
+
+
+_ORDERING = (exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between, exp.Min, exp.Max)
+
+
+def _collate_name(node: exp.Collate) -> str:
+    name = node.expression.name if isinstance(node.expression, exp.Column | exp.Identifier) else ""
+    name = name or node.expression.sql(dialect="postgres").strip('"')
+    return "C" if name in ("C", "POSIX", "ucs_basic") else name
+
+
+def _collation(node: exp.Expression, a: Analysis) -> str:
+    """The collation ordering a text expression: 'C' unless a column of another collation feeds it."""
+    if isinstance(node, exp.Collate):
+        return _collate_name(node)
+    if isinstance(node, exp.Column):
+        info = a.aliases.get(node.table)
+        return info.collations.get(node.name, "C") if info is not None else "C"
+    for child in node.iter_expressions():
+        c = _collation(child, a)
+        if c != "C":
+            return c
+    return "C"
+
+
+def _check_order(node: exp.Expression, a: Analysis, where: exp.Expression) -> None:
+    """Refuse ordering text under a collation Spark does not implement."""
+    t = pg_type(node, a)
+    if t is None or type_class(t) not in ("text", UNKNOWN):
+        return
+    coll = _collation(node, a)
+    if coll != "C":
+        raise refuse(
+            a.output,
+            f"ordering text under the collation {coll!r} (min, max, <, >, BETWEEN or ORDER BY over "
+            f"`{node.sql(dialect='postgres')}`)",
+            f"Spark orders text by its bytes, not as {coll!r} does, so results would differ; for "
+            f'exact results write `{node.sql(dialect="postgres")} COLLATE "C"` in the output\'s SQL (byte '
+            "order), or give the column a C collation at the source",
+            where,
+        )
+
+
+def _check_column(col: exp.Column, a: Analysis) -> None:
+    info = a.aliases.get(col.table)
+    if info is None:
+        return
+    t = info.types.get(col.name)
+    if t is None or type_class(t) is None:
+        raise refuse(
+            a.output,
+            f"column {col.table}.{col.name} of type {_label(t) if t else 'unknown'} ({info.name})",
+            "txjoin reads only the column types it converts exactly (see README, 'What an output's "
+            "SQL may use'); leave the column out of the output's SQL, or change its type at the source",
+            col,
+        )
+
+
+_LABELS = {
+    "int2": "smallint",
+    "int4": "integer",
+    "int8": "bigint",
+    "float4": "real",
+    "float8": "double precision",
+    "bool": "boolean",
+    "bpchar": "char",
+    UNKNOWN: "a string constant",
+    NULL: "NULL",
+}
+
+
+def _label(t: str) -> str:
+    if t.startswith("enum:"):
+        return "enum " + t[5:]
+    if t.startswith("_"):
+        return t[1:] + "[]"
+    return _LABELS.get(t, t)
+
+
+def _spelling(node: exp.Expression, entry: Entry) -> str:
+    key = ANONYMOUS.get(node.name.upper()) if isinstance(node, exp.Anonymous) else NODES.get(type(node))
+    return key[1] if key else entry.name
+
+
+def _construct(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return f"the function {node.name.lower()}()"
+    if isinstance(node, exp.Func):
+        return f"the function {node.sql_name().lower()}()"
+    return f"the construct {type(node).__name__}"
