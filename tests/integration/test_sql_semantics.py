@@ -12,7 +12,8 @@ import psycopg2
 import pytest
 
 from tests.support.capture import current_xid, execute, running_capture, wait_for_xids
-from txjoin.errors import SourceError
+from txjoin.errors import SourceError, UnsupportedQuery
+from txjoin.join.planned import plan_outputs
 from txjoin.pg import admin
 from txjoin.pg.names import parse_table_name
 from txjoin.pipeline import Pipeline
@@ -163,3 +164,84 @@ def test_inheritance_children_are_refused(pg_db: str) -> None:
     )
     with pytest.raises(SourceError, match=r"inheritance children \(child\)"):
         _check(pg_db, ["public.parent"])
+
+
+ICU_SCHEMA = """
+CREATE TYPE size AS ENUM ('small', 'medium', 'large');
+CREATE TABLE products (id int PRIMARY KEY, name text, price numeric(10,2), size size);
+INSERT INTO products VALUES
+  (1, 'ant', 4.18, 'small'), (2, 'Eve', 1.19, 'large'), (3, 'Zebra', 10.00, 'medium'),
+  (4, 'émile', 3.33, 'large'), (5, 'bob', NULL, 'small');
+"""
+ICU_SQL = (
+    "SELECT p.size, count(*) AS n, round(avg(p.price), 4) AS avg_price, "
+    'round(sum(p.price) / count(*), 6) AS mean, max(p.name COLLATE "C") AS last_name, '
+    "(max(p.price) / 3)::numeric(12,5) AS third "
+    "FROM products p GROUP BY p.size"
+)
+
+
+@pytest.mark.spark
+def test_numbers_enums_and_collated_text_end_to_end(spark: Any, pg_server: Any, tmp_path: Path) -> None:
+    """On an en-US ICU database: numeric quotients at PostgreSQL's scale, an enum
+    key, text ordered by COLLATE "C"; ordering under en-US itself is refused."""
+    name = "semantics_icu"
+    admin.drop_database(pg_server.dsn(), name)
+    conn = psycopg2.connect(pg_server.dsn())
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name} LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0")
+    conn.close()
+    dsn = pg_server.dsn(name)
+    try:
+        execute(dsn, ICU_SCHEMA)
+        raw = {
+            "name": "icu",
+            "state_dir": str(tmp_path / "state"),
+            "sources": {"s": {"dsn": dsn, "tables": ["public.products"]}},
+            "outputs": {"by_size": {"key": ["size"], "sql": ICU_SQL}},
+        }
+        refused = dict(
+            raw,
+            outputs={
+                "bad": {
+                    "key": ["size"],
+                    "sql": "SELECT p.size, max(p.name) AS m FROM products p GROUP BY p.size",
+                }
+            },
+        )
+        spec = build_spec(refused, tmp_path, "refused spec")
+        with pytest.raises(
+            UnsupportedQuery, match=r"ordering text under the collation 'en-US'.*COLLATE \"C\""
+        ):
+            plan_outputs(spec)
+        spec = build_spec(raw, tmp_path, "icu spec")
+        config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
+        cols = ("size", "n", "avg_price", "mean", "last_name", "third")
+        with running_capture(config) as ct:
+            pipeline = Pipeline(spec, spark)
+            try:
+                pipeline.run_available()
+                out = spec.outputs["by_size"].path
+                first = DeltaRsStore().read(out).to_pylist()
+                assert not (diff := compare_rows(first, _query(dsn, ICU_SQL), cols)), diff.describe()
+                xids = {
+                    _commit(
+                        dsn,
+                        "INSERT INTO products VALUES (6, 'Ant', 0.01, 'medium'), (7, 'ÿ', 99999.99, 'small')",
+                    ),
+                    _commit(dsn, "UPDATE products SET price = price * 3, size = 'large' WHERE id IN (1, 3)"),
+                    _commit(dsn, "DELETE FROM products WHERE id = 2"),
+                }
+                wait_for_xids(spec.changelog, "s", xids, ct)
+                pipeline.run_available()
+                got = DeltaRsStore().read(out).to_pylist()
+                expected = _query(dsn, ICU_SQL)
+                assert not (diff := compare_rows(got, expected, cols)), diff.describe()
+                # Exactly, not within compare_rows' tolerance: PostgreSQL's digits.
+                exact = {r["size"]: (r["avg_price"], r["mean"], r["third"]) for r in expected}
+                assert {r["size"]: (r["avg_price"], r["mean"], r["third"]) for r in got} == exact
+            finally:
+                pipeline.close()
+    finally:
+        admin.drop_database(pg_server.dsn(), name)
