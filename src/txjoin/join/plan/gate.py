@@ -100,6 +100,8 @@ def check(tree: exp.Expression, a: Analysis) -> None:
         if isinstance(node, _ORDERING):
             for x in args_of(node):
                 _check_order(x, a, node)
+        if isinstance(node, exp.JSONArrayAgg):
+            _check_json_agg(node, a)
         if isinstance(node, exp.Avg) or (isinstance(node, exp.Div) and pg_type(node, a) == "numeric"):
             quotient_scale(node, a)
         _check_enum_constants(node, [t for t in types if t is not None], a)
@@ -213,6 +215,22 @@ def _check_enum_constants(node: exp.Expression, types: list[str], a: Analysis) -
                 a.output,
                 f"'{x.this}', which is not a label of the enum {enums[0][5:]} ({', '.join(labels)})",
                 "PostgreSQL rejects the SQL: use one of the labels",
+                node,
+            )
+
+
+def _check_json_agg(node: exp.Expression, a: Analysis) -> None:
+    """json_agg embeds JSON only as objects it builds: Spark would quote a json column's text."""
+    for x in args_of(node):
+        while isinstance(x, exp.Paren):
+            x = x.this
+        built = isinstance(x, exp.Anonymous) and x.name.upper() in ("JSON_BUILD_OBJECT", "JSONB_BUILD_OBJECT")
+        if type_class(pg_type(x, a) or "") in ("json", "jsonb") and not built:
+            raise refuse(
+                a.output,
+                "json_agg over a json or jsonb value",
+                "Spark would embed the document as a quoted string; aggregate the columns it is built "
+                "from with json_agg(json_build_object(...))",
                 node,
             )
 
