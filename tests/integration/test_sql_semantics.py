@@ -245,3 +245,48 @@ def test_numbers_enums_and_collated_text_end_to_end(spark: Any, pg_server: Any, 
                 pipeline.close()
     finally:
         admin.drop_database(pg_server.dsn(), name)
+
+
+DOMAIN_SQL = "SELECT a.owner, max(a.amount) AS top, sum(a.amount) AS total, count(*) AS n FROM accounts a GROUP BY a.owner"
+
+
+@pytest.mark.spark
+def test_domain_columns_are_their_base_type(spark: Any, pg_db: str, tmp_path: Path) -> None:
+    """A domain over bigint compares and sums as bigint, in the snapshot and
+    in streamed changes (pgoutput names the domain's type; capture resolves it)."""
+    execute(
+        pg_db,
+        "CREATE DOMAIN cents AS bigint CHECK (VALUE >= 0);"
+        "CREATE TABLE accounts (id int PRIMARY KEY, owner text, amount cents);"
+        "INSERT INTO accounts VALUES (1, 'a', 5), (2, 'a', 1001), (3, 'b', 20), (4, 'b', NULL)",
+    )
+    spec = build_spec(
+        {
+            "name": "domains",
+            "state_dir": str(tmp_path / "state"),
+            "sources": {"s": {"dsn": pg_db, "tables": ["public.accounts"]}},
+            "outputs": {"by_owner": {"key": ["owner"], "sql": DOMAIN_SQL}},
+        },
+        tmp_path,
+        "domain spec",
+    )
+    config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
+    cols = ("owner", "top", "total", "n")
+    with running_capture(config) as ct:
+        pipeline = Pipeline(spec, spark)
+        try:
+            pipeline.run_available()
+            out = spec.outputs["by_owner"].path
+            first = {r["owner"]: r["top"] for r in DeltaRsStore().read(out).to_pylist()}
+            assert first == {"a": 1001, "b": 20}  # as text, '5' > '1001'
+            xids = {
+                _commit(pg_db, "INSERT INTO accounts VALUES (5, 'b', 300), (6, 'a', 99)"),
+                _commit(pg_db, "UPDATE accounts SET amount = 7 WHERE id = 2"),
+            }
+            wait_for_xids(spec.changelog, "s", xids, ct)
+            pipeline.run_available()
+            got = DeltaRsStore().read(out).to_pylist()
+            assert not (diff := compare_rows(got, _query(pg_db, DOMAIN_SQL), cols)), diff.describe()
+            assert {r["owner"]: r["top"] for r in got} == {"a": 99, "b": 300}
+        finally:
+            pipeline.close()

@@ -11,6 +11,8 @@ from __future__ import annotations
 CONFORMANCE_DDL = """
 CREATE TYPE size AS ENUM ('small', 'medium', 'large');
 ALTER TYPE size ADD VALUE 'tiny' BEFORE 'small';
+CREATE DOMAIN cents AS bigint CHECK (VALUE > -1000000000000);
+CREATE DOMAIN price AS cents;
 CREATE TABLE c (
     id int PRIMARY KEY, g int,
     i2 smallint, i4 int, i4b int, i8 bigint,
@@ -20,7 +22,7 @@ CREATE TABLE c (
     t text, t2 text, vc varchar(20), ch char(5), ch2 char(5),
     d date, ts timestamp, tz timestamptz,
     u uuid, by bytea, j json, jb jsonb,
-    ai int[], at text[], e size
+    ai int[], at text[], e size, dm price
 )
 """
 
@@ -39,6 +41,7 @@ CASES: dict[str, list[str]] = {
     "type bytea": ["by"],
     "type json, jsonb": ["j", "jb"],
     "type arrays of integer, text, boolean, uuid": ["ai", "at"],
+    "type domains": ["dm", "dm / 100", "dm > i8", "@agg max(dm)", "@agg sum(dm)"],
     "type enum": ["e", "e = 'medium'", "e < 'large'", "e BETWEEN 'small' AND 'large'", "e::text", "@agg max(e)",
                   "@agg min(e)", "@agg json_agg(id ORDER BY e, id)"],
     "operator +": ["i4 + i4b", "i2 + i2", "i8 + i4", "n2 + n4", "n2 + i4", "f8 + f8", "f4 + i4", "n + n2"],

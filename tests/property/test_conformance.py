@@ -104,6 +104,7 @@ ROW = st.fixed_dictionaries(
         "ai": st.none() | st.lists(st.none() | _SMALL, max_size=3),
         "at": st.none() | st.lists(st.none() | st.sampled_from(["a", "b", "é"]), max_size=3),
         "e": st.none() | st.sampled_from(["tiny", "small", "medium", "large"]),
+        "dm": st.none() | st.sampled_from([5, 1001, 0]) | st.integers(-(10**11), 2**63 - 1),
     }
 )  # fmt: skip
 

@@ -55,6 +55,7 @@ from txjoin.errors import (
     TxJoinError,
 )
 from txjoin.pg import admin
+from txjoin.pg.catalog import domain_bases, resolve_domain
 from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
@@ -120,6 +121,7 @@ class Capture:
         self.source = envelope.SourceInfo(name=config.prefix, db="")
         self._rels: dict[int, CapturedTable] = {}
         self._types: dict[int, str] = {}
+        self._domains: dict[int, ColumnType] = {}
         self._tables = set(config.tables)
         self._pk: dict[QualifiedName, tuple[str, ...]] = {}
         self._topic_of = {t: config.topic(t) for t in config.tables}
@@ -153,6 +155,7 @@ class Capture:
                 self.database = cur.fetchone()[0]
                 cur.execute("SELECT oid, typname FROM pg_type")
                 self._types = {int(o): n for o, n in cur.fetchall()}
+                self._domains = domain_bases(cur)
             conn.commit()
         finally:
             conn.close()
@@ -408,7 +411,10 @@ class Capture:
         if name not in self._tables:
             self._rels.pop(msg.oid, None)
             return
-        cols = [ColumnType(c.type_oid, self._type_name(c.type_oid), c.typmod) for c in msg.columns]
+        cols = [
+            resolve_domain(ColumnType(c.type_oid, self._type_name(c.type_oid), c.typmod), self._domains)
+            for c in msg.columns
+        ]
         names = [c.name for c in msg.columns]
         pk = self._pk.get(name, ())
         missing = [k for k in pk if k not in names]

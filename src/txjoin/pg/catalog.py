@@ -20,7 +20,7 @@ from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
-__all__ = ["Column", "ForeignKey", "Table", "describe", "describe_source"]
+__all__ = ["Column", "ForeignKey", "Table", "describe", "describe_source", "domain_bases", "resolve_domain"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,33 @@ FROM pg_database d WHERE d.datname = current_database()
 """
 
 
+# Every domain's base type (through domains over domains) and the type modifier it declares.
+_DOMAINS_SQL = """
+WITH RECURSIVE d(oid, base, typmod) AS (
+    SELECT oid, typbasetype, typtypmod FROM pg_type WHERE typtype = 'd'
+    UNION ALL
+    SELECT d.oid, t.typbasetype, CASE WHEN d.typmod = -1 THEN t.typtypmod ELSE d.typmod END
+    FROM d JOIN pg_type t ON t.oid = d.base WHERE t.typtype = 'd'
+)
+SELECT d.oid, d.base, t.typname, d.typmod FROM d JOIN pg_type t ON t.oid = d.base WHERE t.typtype <> 'd'
+"""
+
+
+def domain_bases(cur: Any) -> dict[int, ColumnType]:
+    """Domain oid -> its base type: a domain's values are its base type's values,
+    written, compared and converted alike (CHECK constraints only restrict them)."""
+    cur.execute(_DOMAINS_SQL)
+    return {int(oid): ColumnType(int(base), name, int(mod)) for oid, base, name, mod in cur.fetchall()}
+
+
+def resolve_domain(t: ColumnType, bases: dict[int, ColumnType]) -> ColumnType:
+    """``t``, or its base type when ``t`` is a domain (the column's own modifier wins)."""
+    base = bases.get(t.oid)
+    if base is None:
+        return t
+    return ColumnType(base.oid, base.name, t.typmod if t.typmod != -1 else base.typmod)
+
+
 def _constraints(cur: Any, oid: int) -> tuple[tuple[str, ...], tuple[ForeignKey, ...]]:
     cur.execute(_CONSTRAINTS_SQL, (oid,))
     plain: list[str] = []
@@ -158,6 +185,7 @@ def describe(
         cur.execute(_DB_COLLATION_SQL)
         row = cur.fetchone()
         default_collation = str(row[0]) if row is not None and row[0] is not None else "C"
+        bases = domain_bases(cur)
         for t in tables:
             cur.execute(_CLASS_SQL, (t.schema, t.table))
             row = cur.fetchone()
@@ -176,7 +204,7 @@ def describe(
             columns = tuple(
                 Column(
                     n,
-                    ColumnType(int(toid), tname, int(mod)),
+                    resolve_domain(ColumnType(int(toid), tname, int(mod)), bases),
                     formatted,
                     _true(nn),
                     str(coll or ""),

@@ -216,6 +216,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("type", "uuid", "", "Spark STRING in PostgreSQL's lower-case form.", _any("uuid")),
     _E("type", "bytea", "", "Spark BINARY.", _any("bytea")),
     _E("type", "json, jsonb", "", "Spark STRING holding the JSON text; output as is.", _any("jsonb")),
+    _E("type", "domains", "", "As their base type (CHECK constraints only restrict the values): capture, the replicas and Spark read a domain over bigint as bigint.", _any("int8")),
     _E("type", "enum", "", "Spark STRING holding the label; =, <> compare labels, ordering (<, min, max, ORDER BY) follows the declared order (pg_enum.enumsortorder), as the label's position in the list; a constant must be one of the labels.", _any("enum")),
     _E("type", "arrays of integer, text, boolean, uuid", "", "Spark ARRAY (one dimension; NULL elements kept).", _any("_int4")),
     # Operators.
