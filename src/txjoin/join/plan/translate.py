@@ -41,8 +41,16 @@ def _agg_rewrite(node: exp.Expression, unordered: list[bool], output: str) -> ex
     aggregate's ORDER BY, with PostgreSQL's NULL placement (ASC NULLS LAST,
     DESC NULLS FIRST unless written otherwise), or by the value itself when
     there is no ORDER BY (the output then compares as a multiset). Over no
-    rows the result is NULL, as in PostgreSQL.
+    rows the result is NULL, as in PostgreSQL. ``agg(...) FILTER (WHERE c)``
+    collects only the pairs whose row passes ``c`` (collect_list skips NULLs).
     """
+    condition: exp.Expression | None = None
+    if isinstance(node, exp.Filter) and isinstance(
+        node.this, exp.JSONArrayAgg | exp.ArrayAgg | exp.GroupConcat
+    ):
+        where = node.expression
+        condition = where.this if isinstance(where, exp.Where) else where
+        node = node.this
     if not isinstance(node, exp.JSONArrayAgg | exp.ArrayAgg | exp.GroupConcat):
         return node
     fname = {exp.JSONArrayAgg: "json_agg", exp.ArrayAgg: "array_agg", exp.GroupConcat: "string_agg"}[
@@ -69,10 +77,12 @@ def _agg_rewrite(node: exp.Expression, unordered: list[bool], output: str) -> ex
         unordered.append(True)
         k_struct = value.copy()
         asc = True
-    pair = exp.Anonymous(
+    pair: exp.Expression = exp.Anonymous(
         this="named_struct",
         expressions=[exp.Literal.string("k"), k_struct, exp.Literal.string("v"), value.copy()],
     )
+    if condition is not None:
+        pair = exp.If(this=condition.copy(), true=pair, false=exp.Null())
     collected = exp.Anonymous(this="collect_list", expressions=[pair])
     sorted_ = exp.Anonymous(this="sort_array", expressions=[collected, exp.Boolean(this=asc)])
     arr: exp.Expression = exp.Anonymous(this="transform", expressions=[sorted_, _lambda_v()])
