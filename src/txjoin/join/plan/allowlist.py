@@ -245,6 +245,8 @@ ENTRIES: tuple[Entry, ...] = (
     _E("function", "round", "numeric or integer [, integer]; double precision", "Half away from zero for numeric (Spark ROUND on decimals); double precision, and integers (which PostgreSQL rounds as double precision), half to even (Spark BROUND on DOUBLE).", _round),
     _E("function", "length, char_length", "text", "Characters (code points), as Spark LENGTH.", _of("text", result="int4")),
     _E("function", "lower, upper", "text", "ASCII letters change in both; other characters as Unicode's simple case mapping (checked by the conformance suite).", _of("text", result="text")),
+    _E("function", "extract", "year, quarter, month, week, day, dow, isodow, doy of a date or timestamp; hour, minute, second of a timestamp", "numeric in PostgreSQL, the same values from Spark's EXTRACT; dow is 0-6 from Sunday (Spark's DAYOFWEEK - 1), isodow 1-7 from Monday, week the ISO week, second with its microseconds. (date_part, which returns double precision, is refused: sqlglot reads it as extract.)", _of("date", "timestamp", result="numeric")),
+    _E("function", "date_trunc", "a constant unit (year, quarter, month, week, day, hour, minute, second), a timestamp", "Spark's DATE_TRUNC, as timestamp without time zone; week starts on Monday in both. date_trunc of a date or timestamptz depends on the server's TimeZone and is refused.", _of("timestamp", result="timestamp")),
     # Casts (source -> target).
     _E("cast", "integer -> integer", "", "Overflow raises an error in both.", _any("int4")),
     _E("cast", "numeric -> integer", "", "Rounds half away from zero: `CAST(ROUND(x) AS INT)`.", _any("int4")),
@@ -307,6 +309,8 @@ NODES: dict[type[exp.Expression], tuple[Kind, str]] = {
     exp.Round: ("function", "round"),
     exp.Length: ("function", "length"),
     exp.Lower: ("function", "lower"),
+    exp.Extract: ("function", "extract"),
+    exp.TimestampTrunc: ("function", "date_trunc"),
     exp.Upper: ("function", "upper"),
     exp.Count: ("aggregate", "count"),
     exp.Sum: ("aggregate", "sum"),
@@ -329,6 +333,7 @@ STRUCTURE: tuple[type[exp.Expression], ...] = (
     exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Alias, exp.Column,
     exp.Identifier, exp.Table, exp.TableAlias, exp.Paren, exp.Literal, exp.Null, exp.Boolean,
     exp.Ordered, exp.Order, exp.Distinct, exp.DataType, exp.DataTypeParam, exp.Star, exp.Tuple, exp.Any,
+    exp.Var,  # extract's field, date_trunc's unit: checked with their call
 )  # fmt: skip
 
 
@@ -382,8 +387,10 @@ def cast_result(src: str, target: str, constant: str | None = None) -> str | Non
 
 
 def args_of(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.Collate):
+    if isinstance(node, exp.Collate | exp.TimestampTrunc):
         return [node.this]
+    if isinstance(node, exp.Extract):
+        return [node.expression]
     if isinstance(node, exp.Case):
         ifs = node.args.get("ifs") or []
         out = [i.args["true"] for i in ifs]

@@ -6,6 +6,7 @@ partitions, and choose the partitions (root or group mode).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -375,6 +376,9 @@ def plan_output(
 
 def _parse(name: str, sql: str) -> exp.Select:
     """The one SELECT statement ``sql`` must be."""
+    if re.search(r"\bdate_part\s*\(", sql, re.IGNORECASE):
+        # sqlglot parses date_part as extract, whose type (numeric) differs from date_part's (float8).
+        raise refuse(name, "date_part()", "write extract(field FROM value), which returns numeric")
     try:
         statements = sqlglot.parse(sql, read="postgres")
     except ParseError as e:

@@ -102,6 +102,8 @@ def check(tree: exp.Expression, a: Analysis) -> None:
                 _check_order(x, a, node)
         if isinstance(node, exp.JSONArrayAgg):
             _check_json_agg(node, a)
+        if isinstance(node, exp.Extract | exp.TimestampTrunc):
+            _check_date_field(node, a)
         if isinstance(node, exp.Avg) or (isinstance(node, exp.Div) and pg_type(node, a) == "numeric"):
             quotient_scale(node, a)
         _check_enum_constants(node, [t for t in types if t is not None], a)
@@ -233,6 +235,31 @@ def _check_json_agg(node: exp.Expression, a: Analysis) -> None:
                 "from with json_agg(json_build_object(...))",
                 node,
             )
+
+
+DATE_FIELDS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DOW", "ISODOW", "DOY")
+TIME_FIELDS = ("HOUR", "MINUTE", "SECOND")
+TRUNC_UNITS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "HOUR", "MINUTE", "SECOND")
+
+
+def _check_date_field(node: exp.Expression, a: Analysis) -> None:
+    """extract's field and date_trunc's unit must be among those computed alike."""
+    if isinstance(node, exp.Extract):
+        field = node.this.name.upper() if isinstance(node.this, exp.Var | exp.Literal) else ""
+        allowed = DATE_FIELDS + (TIME_FIELDS if pg_type(node.expression, a) == "timestamp" else ())
+        what = f"extract({field.lower() or node.this.sql(dialect='postgres')} from ...)"
+    else:
+        unit = node.args.get("unit")
+        field = unit.name.upper() if isinstance(unit, exp.Var | exp.Literal) else ""
+        allowed = TRUNC_UNITS
+        what = f"date_trunc('{field.lower()}', ...)"
+    if field not in allowed:
+        raise refuse(
+            a.output,
+            what,
+            f"txjoin computes only these exactly as PostgreSQL does: {', '.join(f.lower() for f in allowed)}",
+            node,
+        )
 
 
 def _check_condition(node: exp.Expression, a: Analysis) -> None:

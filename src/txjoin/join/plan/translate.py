@@ -353,6 +353,23 @@ def translate(
     tree.set("expressions", new_exprs)
 
     def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Extract) and isinstance(node.this, exp.Var):
+            field, of = node.this.name.upper(), node.expression
+            if field == "DOW":  # PostgreSQL: 0-6 from Sunday; Spark's DAYOFWEEK: 1-7 from Sunday
+                return exp.Paren(
+                    this=exp.Sub(
+                        this=exp.Anonymous(this="DAYOFWEEK", expressions=[of.copy()]),
+                        expression=exp.Literal.number(1),
+                    )
+                )
+            if field == "ISODOW":
+                weekday = exp.Anonymous(this="WEEKDAY", expressions=[of.copy()])  # 0-6 from Monday
+                return exp.Paren(this=exp.Add(this=weekday, expression=exp.Literal.number(1)))
+            if field == "DOY":
+                return exp.Anonymous(this="DAYOFYEAR", expressions=[of.copy()])
+        if isinstance(node, exp.TimestampTrunc) and not node.args.get("_txj"):
+            node.set("_txj", True)
+            return exp.Cast(this=node, to=exp.DataType.build("TIMESTAMP_NTZ"))
         if isinstance(node, exp.Collate):
             inner: exp.Expression = node.this  # only COLLATE "C" passes: Spark's own byte order
             return inner
