@@ -15,7 +15,8 @@ from tests.support.capture import current_xid, execute, running_capture, wait_fo
 from txjoin.errors import SourceError, UnsupportedQuery
 from txjoin.join.planned import plan_outputs
 from txjoin.pg import admin
-from txjoin.pg.names import parse_table_name
+from txjoin.pg.catalog import describe
+from txjoin.pg.names import QualifiedName, parse_table_name
 from txjoin.pipeline import Pipeline
 from txjoin.sink.delta import DeltaRsStore
 from txjoin.spec import build_spec
@@ -290,3 +291,27 @@ def test_domain_columns_are_their_base_type(spark: Any, pg_db: str, tmp_path: Pa
             assert {r["owner"]: r["top"] for r in got} == {"a": 99, "b": 300}
         finally:
             pipeline.close()
+
+
+@pytest.mark.spark
+def test_case_mapping_follows_a_c_database(spark: Any, pg_db: str) -> None:
+    """Under the C collation PostgreSQL's lower/upper change ASCII letters only;
+    Spark's would change 'É' too, so txjoin maps A-Z alone there."""
+    from tests.property.test_conformance import _capture_rows, _txjoin
+
+    words = ["Straße", "ÉCOLE", "İstanbul", "mIxEd", "ǅ", ""]
+    execute(pg_db, "CREATE TABLE c (id int PRIMARY KEY, t text)")
+    for i, w in enumerate(words):
+        execute(pg_db, "INSERT INTO c VALUES (%s, %s)", (i, w))
+    conn = psycopg2.connect(pg_db)
+    try:
+        table = describe(conn, [QualifiedName("public", "c")])[QualifiedName("public", "c")]
+    finally:
+        conn.close()
+    assert table.column("t").collation == "C"
+    sql = "SELECT id, lower(t) AS l, upper(t) AS u FROM c"
+    got = _txjoin(spark, table, _capture_rows(pg_db, table), sql, ["id"])
+    assert not isinstance(got, Exception), got
+    expected = {r["id"]: (r["l"], r["u"]) for r in _query(pg_db, sql)}
+    assert {r["id"]: (r["l"], r["u"]) for r in got} == expected
+    assert expected[1] == ("École", "ÉCOLE")  # only A-Z changed

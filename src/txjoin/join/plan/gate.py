@@ -8,6 +8,7 @@ operands of fixed display scale (:func:`quotient_scale`, :func:`dscale`).
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from sqlglot import exp
 
@@ -104,6 +105,8 @@ def check(tree: exp.Expression, a: Analysis) -> None:
             _check_json_agg(node, a)
         if isinstance(node, exp.Extract | exp.TimestampTrunc):
             _check_date_field(node, a)
+        if isinstance(node, exp.Lower | exp.Upper):
+            case_mapping(node, a)
         if isinstance(node, exp.Avg) or (isinstance(node, exp.Div) and pg_type(node, a) == "numeric"):
             quotient_scale(node, a)
         _check_enum_constants(node, [t for t in types if t is not None], a)
@@ -235,6 +238,23 @@ def _check_json_agg(node: exp.Expression, a: Analysis) -> None:
                 "from with json_agg(json_build_object(...))",
                 node,
             )
+
+
+def case_mapping(node: Any, a: Analysis) -> str:
+    """How lower/upper map case here: 'ascii' (C: only A-Z change), 'unicode'
+    (English or root ICU locales: Java's mapping is the same), else refused."""
+    coll = _collation(node.this, a)
+    if coll == "C":
+        return "ascii"
+    if coll.split("-")[0].split("_")[0].lower() in ("en", "und", "root", "") and "_" not in coll:
+        return "unicode"
+    raise refuse(
+        a.output,
+        f"{'lower' if isinstance(node, exp.Lower) else 'upper'}() under the collation {coll!r}",
+        "its case mapping follows the locale, which txjoin reproduces only for C and English ICU "
+        'locales; write lower(x COLLATE "C") for ASCII-only mapping',
+        node,
+    )
 
 
 DATE_FIELDS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DOW", "ISODOW", "DOY")

@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from txjoin.errors import UnsupportedQuery
 from txjoin.join.plan.allowlist import pg_type
-from txjoin.join.plan.gate import enum_labels, quotient_scale
+from txjoin.join.plan.gate import case_mapping, enum_labels, quotient_scale
 from txjoin.join.plan.model import Analysis, any_array, refuse
 from txjoin.join.plan.typerules import (
     FLOAT_TYPES,
@@ -137,6 +137,22 @@ def _non_null_count(collected: exp.Expression) -> exp.Expression:
     return exp.Anonymous(
         this="size", expressions=[exp.Anonymous(this="filter", expressions=[collected.copy(), not_null])]
     )
+
+
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _case_rewrites(tree: exp.Expression, a: Analysis) -> None:
+    """lower/upper under the C collation change ASCII letters only."""
+    found = [n for n in tree.find_all(exp.Lower, exp.Upper) if case_mapping(n, a) == "ascii"]
+    for node in reversed(found):
+        src, dst = (_UPPER, _UPPER.lower()) if isinstance(node, exp.Lower) else (_UPPER.lower(), _UPPER)
+        node.replace(
+            exp.Anonymous(
+                this="TRANSLATE",
+                expressions=[node.this.copy(), exp.Literal.string(src), exp.Literal.string(dst)],
+            )
+        )
 
 
 def _enum_rewrites(tree: exp.Expression, a: Analysis) -> None:
@@ -329,6 +345,7 @@ def translate(
     tree = select.copy()
     tree.set("order", None)
     quotients = _find_quotients(tree, a)
+    _case_rewrites(tree, a)
     _enum_rewrites(tree, a)
     _typed_rewrites(tree, a)
     _rewrite_quotients(quotients)
