@@ -86,6 +86,7 @@ CASES: dict[str, list[str]] = {
     "cast integer or numeric -> double precision": ["i8::float8", "n2::float8", "n::double precision"],
     "cast integer -> text": ["i4::text", "i8::text"],
     "cast text, varchar, enum, uuid -> text": ["vc::text", "u::text", "t::varchar"],
+    "cast numeric(p,s) -> text": ["n2::text", "n4::text", "(-n2)::text"],
     "cast boolean -> text": ["b::text"],
     "cast timestamp -> date": ["ts::date"],
     "cast date -> timestamp": ["d::timestamp"],

@@ -23,7 +23,7 @@ from typing import Literal
 from sqlglot import exp
 
 from txjoin.join.plan.model import Analysis
-from txjoin.join.plan.typerules import FLOAT_TYPES, INT_TYPES, base_type, cast_type
+from txjoin.join.plan.typerules import FLOAT_TYPES, INT_TYPES, base_type, cast_type, numeric_ps
 
 __all__ = [
     "ANONYMOUS",
@@ -255,6 +255,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("cast", "integer or numeric -> double precision", "", "Nearest double, in both.", _any("float8")),
     _E("cast", "integer -> text", "", "Decimal digits, in both.", _any("text")),
     _E("cast", "text, varchar, enum, uuid -> text", "", "The same characters.", _any("text")),
+    _E("cast", "numeric(p,s) -> text", "", "The value with exactly s fractional digits, in both (unconstrained numeric, whose scale varies per value, is refused).", _any("text")),
     _E("cast", "boolean -> text", "", "'true' / 'false', in both.", _any("text")),
     _E("cast", "timestamp -> date", "", "The date part, in both.", _any("date")),
     _E("cast", "date -> timestamp", "", "Midnight of that date, in both.", _any("timestamp")),
@@ -383,6 +384,10 @@ def cast_result(src: str, target: str, constant: str | None = None) -> str | Non
         if pattern is None or (constant is not None and not re.fullmatch(pattern, constant)):
             return None
         return target
+    if (s, t) == ("numeric", "text"):
+        # With a declared scale PostgreSQL prints exactly that many digits, as Spark does for DECIMAL(p,s).
+        ps = numeric_ps(src)
+        return target if ps is not None and ps[1] >= 0 else None
     return target if (s, t) in _CASTS else None
 
 
