@@ -63,6 +63,7 @@ CASES: dict[str, list[str]] = {
     "operator BETWEEN": ["i4 BETWEEN i4b AND 100", "n2 BETWEEN 0 AND n4", "d BETWEEN d AND d"],
     "operator LIKE": ["t LIKE 'a%'", "t LIKE '%\\_%'", "vc LIKE '_b%'", "t NOT LIKE '%é%'"],
     "operator ||": ["t || t2", "t || '-' || vc"],
+    "operator array[i]": ["ai[1]", "ai[3]", "ai[5]", "ai[0]", "at[2]", "ai[i2]", "at[-1]"],
     "operator = ANY(array)": ["@where i4 = ANY(ai)", "@where t = ANY(at) AND b"],
     'operator COLLATE "C"': ['t COLLATE "C" >= t2 COLLATE "C"', '@agg max(t COLLATE "C")'],
     "operator CASE": ["CASE WHEN b THEN i4 ELSE i8 END", "CASE WHEN i4 > 0 THEN n2 WHEN b THEN 1 END",

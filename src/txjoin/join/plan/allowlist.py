@@ -235,6 +235,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("operator", "LIKE", "text, text constant", "Spark LIKE with the same `%`, `_` and backslash escape.", _of("text", result="bool")),
     _E("operator", "||", "text, text", "Concatenation; NULL if either side is NULL, in both.", _of("text", result="text")),
     _E("operator", "= ANY(array)", "a value, an array of its type", "array_contains; only as a condition of WHERE or ON joined by AND, where PostgreSQL's NULL (no match, a NULL element) and Spark's false both drop the row.", _any("bool")),
+    _E("operator", "array[i]", "an array, an integer", "The i-th element counting from 1; NULL for an index past either end (Spark: try_element_at, guarded for i < 1, which Spark counts from the end).", lambda args: args[0][1:] if args[0].startswith("_") and type_class(args[1]) == "int" else None),
     _E("operator", 'COLLATE "C"', "text", 'Orders text by its bytes (code points), as Spark does: write `x COLLATE "C"` to order text of a database whose collation is not C.', _of("text", result="text")),
     _E("operator", "CASE", "boolean conditions, results of one type", "Spark CASE; result types promote as in PostgreSQL.", lambda args: promote(args)),
     # Functions.
@@ -302,6 +303,7 @@ NODES: dict[type[exp.Expression], tuple[Kind, str]] = {
     exp.DPipe: ("operator", "||"),
     exp.Case: ("operator", "CASE"),
     exp.Collate: ("operator", 'COLLATE "C"'),
+    exp.Bracket: ("operator", "array[i]"),
     exp.Coalesce: ("function", "coalesce"),
     exp.Nullif: ("function", "nullif"),
     exp.Greatest: ("function", "greatest"),

@@ -370,6 +370,19 @@ def translate(
     tree.set("expressions", new_exprs)
 
     def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Bracket) and len(node.expressions) == 1:
+            # sqlglot stores a constant index minus one (0-based) and any other index as written.
+            raw = node.expressions[0]
+            if isinstance(raw, exp.Literal) and not raw.is_string:
+                index: exp.Expression = exp.Literal.number(int(raw.this) + 1)
+            elif isinstance(raw, exp.Neg) and isinstance(raw.this, exp.Literal):
+                index = exp.Literal.number(-int(raw.this.this) + 1)
+            else:
+                index = exp.Paren(this=raw.copy())
+            element = exp.Anonymous(this="TRY_ELEMENT_AT", expressions=[node.this.copy(), index.copy()])
+            in_range = exp.GTE(this=index.copy(), expression=exp.Literal.number(1))
+            # Past either end PostgreSQL gives NULL; Spark counts an index below 1 from the end.
+            return exp.Paren(this=exp.Case(ifs=[exp.If(this=in_range, true=element)]))
         if isinstance(node, exp.Extract) and isinstance(node.this, exp.Var):
             field, of = node.this.name.upper(), node.expression
             if field == "DOW":  # PostgreSQL: 0-6 from Sunday; Spark's DAYOFWEEK: 1-7 from Sunday
