@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import pytest
 
-from tests.support.capture import current_xid, execute, running_capture, wait_for_xids
+from tests.support.capture import commit, execute, query, running_capture, wait_for_xids
 from txjoin.changelog import ChangelogReader
 from txjoin.changelog.snapshots import read_manifest
 from txjoin.pipeline import Pipeline
@@ -35,29 +34,6 @@ SQL = (
 COLUMNS = ("order_id", "amount", "note", "created", "client", "region")
 
 
-def _query(dsn: str, sql: str) -> list[dict[str, Any]]:
-    conn = psycopg2.connect(dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            assert cur.description is not None
-            names = [d.name for d in cur.description]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        conn.close()
-
-
-def _commit(dsn: str, *statements: str) -> int:
-    conn = psycopg2.connect(dsn)
-    try:
-        with conn.cursor() as cur:
-            xid = current_xid(cur)
-            for s in statements:
-                cur.execute(s)
-        conn.commit()
-        return xid
-    finally:
-        conn.close()
 
 
 def test_large_initial_load_then_streaming_stays_equal(spark: Any, pg_db: str, tmp_path: Path) -> None:
@@ -86,7 +62,7 @@ def test_large_initial_load_then_streaming_stays_equal(spark: Any, pg_db: str, t
     )
     # Small chunks, two workers: the table is read as many chunks in parallel.
     config = spec.sources["shop"].capture_config(spec.changelog, roll_interval=0.02, snapshot_chunk_mb=2)
-    expected_first = _query(pg_db, SQL)
+    expected_first = query(pg_db, SQL)
     with running_capture(config) as ct:
         snapshot = read_transactions(ChangelogReader(spec.changelog), "shop")[0]
         assert snapshot.manifest is not None
@@ -114,20 +90,20 @@ def test_large_initial_load_then_streaming_stays_equal(spark: Any, pg_db: str, t
 
             # Streamed on top: updates reaching many rows, inserts, deletes.
             xids = {
-                _commit(pg_db, "UPDATE clients SET region = 'MARS' WHERE id % 97 = 0"),
-                _commit(
+                commit(pg_db, "UPDATE clients SET region = 'MARS' WHERE id % 97 = 0"),
+                commit(
                     pg_db,
                     "UPDATE orders SET amount = amount + 1 WHERE id % 1000 = 3",
                     f"INSERT INTO orders VALUES ({ORDERS + 1}, 5, 12.50, 'new', '2026-02-01 10:00:00+00')",
                 ),
-                _commit(pg_db, "DELETE FROM orders WHERE id % 5000 = 0", "DELETE FROM clients WHERE id = 7"),
+                commit(pg_db, "DELETE FROM orders WHERE id % 5000 = 0", "DELETE FROM clients WHERE id = 7"),
             }
             wait_for_xids(spec.changelog, "shop", xids, ct)
             pipeline.run_available()
             last = delta.history(out)[-1]
             assert last.version > first.version
             got = delta.read(out).to_pylist()
-            diff = compare_rows(got, _query(pg_db, SQL), COLUMNS)
+            diff = compare_rows(got, query(pg_db, SQL), COLUMNS)
             assert not diff, diff.describe()
         finally:
             pipeline.close()

@@ -18,12 +18,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import psycopg2
 import pytest
 
-from tests.support.capture import current_xid, execute, running_capture, wait_for_xids
+from tests.support.capture import current_xid, execute, query, running_capture, wait_for_xids
 from tests.support.profiles import THOROUGH
 from txjoin.changelog import ChangelogReader
 from txjoin.sink.delta import DeltaRsStore
@@ -86,17 +85,6 @@ def _child(args: list[str], fault: str | None) -> subprocess.CompletedProcess[st
     )
 
 
-def _query(dsn: str, sql: str) -> list[dict[str, Any]]:
-    conn = psycopg2.connect(dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            assert cur.description is not None
-            names = [d.name for d in cur.description]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        conn.close()
-
 
 def _crash_then_finish(spec_path: Path, faults: list[str]) -> None:
     for fault in faults:
@@ -116,7 +104,7 @@ def test_kill_9_during_the_initial_load_and_a_large_transaction(pg_db: str, tmp_
     )
     spec_path = _spec_file(tmp_path, pg_db)
     spec = load_spec(spec_path)
-    expected = {name: _query(pg_db, sql) for name, (_, sql) in OUTPUTS.items()}
+    expected = {name: query(pg_db, sql) for name, (_, sql) in OUTPUTS.items()}
 
     # The snapshot: capture killed after its first chunk, then run again.
     capture = ["capture", "--dsn", pg_db, "--tables", "public.orders,public.clients", "--changelog",
@@ -137,7 +125,7 @@ def test_kill_9_during_the_initial_load_and_a_large_transaction(pg_db: str, tmp_
             diff = compare_rows(delta.read(spec.outputs[name].path, first.version).to_pylist(), expected[name],
                                 list(expected[name][0]))  # fmt: skip
             assert not diff, f"{name} first version:\n{diff.describe()}"
-        before = _query(pg_db, OUTPUTS["total"][1])[0]
+        before = query(pg_db, OUTPUTS["total"][1])[0]
 
         # A transaction updating every order: staged, then applied whole.
         conn = psycopg2.connect(pg_db)
@@ -149,7 +137,7 @@ def test_kill_9_during_the_initial_load_and_a_large_transaction(pg_db: str, tmp_
         conn.close()
         wait_for_xids(spec.changelog, "shop", {big}, ct, timeout=120)
         _crash_then_finish(spec_path, BIG_FAULTS)
-    after = _query(pg_db, OUTPUTS["total"][1])[0]
+    after = query(pg_db, OUTPUTS["total"][1])[0]
     assert after["total"] == before["total"] + ORDERS + 5
 
     delta = DeltaRsStore()
@@ -163,7 +151,7 @@ def test_kill_9_during_the_initial_load_and_a_large_transaction(pg_db: str, tmp_
         last = delta.read(path).to_pylist()
         key = OUTPUTS[name][0]
         assert len({tuple(r[k] for k in key) for r in last}) == len(last), f"{name}: a key twice"
-        diff = compare_rows(last, _query(pg_db, OUTPUTS[name][1]), list(last[0]))
+        diff = compare_rows(last, query(pg_db, OUTPUTS[name][1]), list(last[0]))
         assert not diff, f"{name} last version:\n{diff.describe()}"
     # Every version of the total holds none or all of the large transaction.
     for c in delta.history(spec.outputs["total"].path):

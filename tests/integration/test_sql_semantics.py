@@ -11,7 +11,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.support.capture import current_xid, execute, running_capture, wait_for_xids
+from tests.support.capture import commit, execute, query, running_capture, wait_for_xids
 from txjoin.errors import SourceError, UnsupportedQuery
 from txjoin.join.planned import plan_outputs
 from txjoin.pg import admin
@@ -25,29 +25,6 @@ from txjoin.verify.compare import compare_rows
 pytestmark = [pytest.mark.postgres]
 
 
-def _query(dsn: str, sql: str) -> list[dict[str, Any]]:
-    conn = psycopg2.connect(dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            assert cur.description is not None
-            names = [d.name for d in cur.description]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        conn.close()
-
-
-def _commit(dsn: str, *statements: str) -> int:
-    conn = psycopg2.connect(dsn)
-    try:
-        with conn.cursor() as cur:
-            xid = current_xid(cur)
-            for s in statements:
-                cur.execute(s)
-        conn.commit()
-        return xid
-    finally:
-        conn.close()
 
 
 PARTITIONED = """
@@ -86,19 +63,19 @@ def test_partitioned_table_changes_arrive_through_the_root(spark: Any, pg_db: st
             out = spec.outputs["by_region"].path
             cols = ("code", "name", "n", "total")
             first = DeltaRsStore().read(out).to_pylist()
-            assert not (diff := compare_rows(first, _query(pg_db, SQL), cols)), diff.describe()
+            assert not (diff := compare_rows(first, query(pg_db, SQL), cols)), diff.describe()
             xids = {
-                _commit(pg_db, "INSERT INTO events VALUES (100, 'EU', 1000), (101, 'AP', 5)"),
+                commit(pg_db, "INSERT INTO events VALUES (100, 'EU', 1000), (101, 'AP', 5)"),
                 # Moves a row to another partition: a delete and an insert under the root.
-                _commit(pg_db, "UPDATE events SET region = 'US', amount = amount + 1 WHERE id IN (3, 6)"),
-                _commit(
+                commit(pg_db, "UPDATE events SET region = 'US', amount = amount + 1 WHERE id IN (3, 6)"),
+                commit(
                     pg_db, "DELETE FROM events WHERE id % 4 = 0", "UPDATE events SET amount = 0 WHERE id = 1"
                 ),
             }
             wait_for_xids(spec.changelog, "s", xids, ct)
             pipeline.run_available()
             got = DeltaRsStore().read(out).to_pylist()
-            expected = _query(pg_db, SQL)
+            expected = query(pg_db, SQL)
             assert not (diff := compare_rows(got, expected, cols)), diff.describe()
             assert {r["code"]: r["total"] for r in got}["EU"] != {r["code"]: r["total"] for r in first}["EU"]
         finally:
@@ -154,7 +131,7 @@ def test_partitions_published_through_leaves_are_refused(pg_db: str) -> None:
     with pytest.raises(SourceError, match=r"publish_via_partition_root = true"):
         _check(pg_db, ["public.p"], "leaves")
     _check(pg_db, ["public.p"], "txjoin_new")  # txjoin's own publication goes via the root
-    rows = _query(pg_db, "SELECT pubviaroot FROM pg_publication WHERE pubname = 'txjoin_new'")
+    rows = query(pg_db, "SELECT pubviaroot FROM pg_publication WHERE pubname = 'txjoin_new'")
     assert rows == [{"pubviaroot": True}]
 
 
@@ -225,19 +202,19 @@ def test_numbers_enums_and_collated_text_end_to_end(spark: Any, pg_server: Any, 
                 pipeline.run_available()
                 out = spec.outputs["by_size"].path
                 first = DeltaRsStore().read(out).to_pylist()
-                assert not (diff := compare_rows(first, _query(dsn, ICU_SQL), cols)), diff.describe()
+                assert not (diff := compare_rows(first, query(dsn, ICU_SQL), cols)), diff.describe()
                 xids = {
-                    _commit(
+                    commit(
                         dsn,
                         "INSERT INTO products VALUES (6, 'Ant', 0.01, 'medium'), (7, 'ÿ', 99999.99, 'small')",
                     ),
-                    _commit(dsn, "UPDATE products SET price = price * 3, size = 'large' WHERE id IN (1, 3)"),
-                    _commit(dsn, "DELETE FROM products WHERE id = 2"),
+                    commit(dsn, "UPDATE products SET price = price * 3, size = 'large' WHERE id IN (1, 3)"),
+                    commit(dsn, "DELETE FROM products WHERE id = 2"),
                 }
                 wait_for_xids(spec.changelog, "s", xids, ct)
                 pipeline.run_available()
                 got = DeltaRsStore().read(out).to_pylist()
-                expected = _query(dsn, ICU_SQL)
+                expected = query(dsn, ICU_SQL)
                 assert not (diff := compare_rows(got, expected, cols)), diff.describe()
                 # Exactly, not within compare_rows' tolerance: PostgreSQL's digits.
                 exact = {r["size"]: (r["avg_price"], r["mean"], r["third"]) for r in expected}
@@ -281,13 +258,13 @@ def test_domain_columns_are_their_base_type(spark: Any, pg_db: str, tmp_path: Pa
             first = {r["owner"]: r["top"] for r in DeltaRsStore().read(out).to_pylist()}
             assert first == {"a": 1001, "b": 20}  # as text, '5' > '1001'
             xids = {
-                _commit(pg_db, "INSERT INTO accounts VALUES (5, 'b', 300), (6, 'a', 99)"),
-                _commit(pg_db, "UPDATE accounts SET amount = 7 WHERE id = 2"),
+                commit(pg_db, "INSERT INTO accounts VALUES (5, 'b', 300), (6, 'a', 99)"),
+                commit(pg_db, "UPDATE accounts SET amount = 7 WHERE id = 2"),
             }
             wait_for_xids(spec.changelog, "s", xids, ct)
             pipeline.run_available()
             got = DeltaRsStore().read(out).to_pylist()
-            assert not (diff := compare_rows(got, _query(pg_db, DOMAIN_SQL), cols)), diff.describe()
+            assert not (diff := compare_rows(got, query(pg_db, DOMAIN_SQL), cols)), diff.describe()
             assert {r["owner"]: r["top"] for r in got} == {"a": 99, "b": 300}
         finally:
             pipeline.close()
@@ -312,6 +289,6 @@ def test_case_mapping_follows_a_c_database(spark: Any, pg_db: str) -> None:
     sql = "SELECT id, lower(t) AS l, upper(t) AS u FROM c"
     got = _txjoin(spark, table, _capture_rows(pg_db, table), sql, ["id"])
     assert not isinstance(got, Exception), got
-    expected = {r["id"]: (r["l"], r["u"]) for r in _query(pg_db, sql)}
+    expected = {r["id"]: (r["l"], r["u"]) for r in query(pg_db, sql)}
     assert {r["id"]: (r["l"], r["u"]) for r in got} == expected
     assert expected[1] == ("École", "ÉCOLE")  # only A-Z changed

@@ -170,3 +170,30 @@ __all__ = [
     "wait_for",
     "wait_for_xids",
 ]
+
+
+def query(dsn: str, sql: str) -> list[dict[str, Any]]:
+    """Rows of ``sql`` on ``dsn`` as dicts."""
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            assert cur.description is not None
+            names = [d.name for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def commit(dsn: str, *statements: str) -> int:
+    """Run ``statements`` as one transaction; its xid."""
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            xid = current_xid(cur)
+            for st in statements:
+                cur.execute(st)
+        conn.commit()
+        return xid
+    finally:
+        conn.close()

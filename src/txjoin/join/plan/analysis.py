@@ -20,7 +20,7 @@ from txjoin.errors import UnsupportedQuery
 from txjoin.join.plan import gate
 from txjoin.join.plan.model import Analysis, Edge, OutputPlan, TableInfo, any_array, refuse
 from txjoin.join.plan.translate import translate
-from txjoin.join.plan.typerules import check_edge_types, check_group_types
+from txjoin.join.plan.typerules import base_type, cast_type, check_edge_types, check_group_types
 from txjoin.pg.names import QualifiedName
 
 __all__ = ["plan_output"]
@@ -294,21 +294,7 @@ _CALL_NAMES: dict[type[exp.Expression], str] = {
     exp.Greatest: "greatest",
     exp.Least: "least",
 }
-#: Type names PostgreSQL names a cast of an unnamed expression after (``1::int`` is "int4").
-_CAST_NAMES = {
-    exp.DataType.Type.SMALLINT: "int2",
-    exp.DataType.Type.INT: "int4",
-    exp.DataType.Type.BIGINT: "int8",
-    exp.DataType.Type.DECIMAL: "numeric",
-    exp.DataType.Type.DOUBLE: "float8",
-    exp.DataType.Type.FLOAT: "float4",
-    exp.DataType.Type.TEXT: "text",
-    exp.DataType.Type.VARCHAR: "varchar",
-    exp.DataType.Type.BOOLEAN: "bool",
-    exp.DataType.Type.DATE: "date",
-    exp.DataType.Type.TIMESTAMP: "timestamp",
-    exp.DataType.Type.TIMESTAMPTZ: "timestamptz",
-}
+
 
 
 def _default_name(e: exp.Expression) -> str | None:
@@ -321,7 +307,8 @@ def _default_name(e: exp.Expression) -> str | None:
         return e.name
     if isinstance(e, exp.Cast):
         inner = _default_name(e.this)
-        return inner if inner is not None else _CAST_NAMES.get(e.to.this)
+        target = cast_type(e.to)  # a cast of an unnamed expression is named after its type: 1::int is int4
+        return inner if inner is not None else (base_type(target) if target else None)
     if isinstance(e, exp.Anonymous):
         return e.name.lower()
     for cls, name in _CALL_NAMES.items():
