@@ -16,7 +16,7 @@ import psycopg2.extensions as ext
 from txjoin.capture.config import CaptureConfig
 from txjoin.changelog import ChangelogReader
 from txjoin.debezium.values import to_debezium
-from txjoin.pg.connect import session_options
+from txjoin.pg.connect import exact_text, session_options
 from txjoin.pg.names import QualifiedName, parse_table_name, quote_ident
 from txjoin.pg.types import ColumnType
 from txjoin.runner import open_capture
@@ -174,7 +174,7 @@ __all__ = [
 
 def query(dsn: str, sql: str) -> list[dict[str, Any]]:
     """Rows of ``sql`` on ``dsn`` as dicts."""
-    conn = psycopg2.connect(dsn)
+    conn = exact_text(psycopg2.connect(dsn))
     try:
         with conn.cursor() as cur:
             cur.execute(sql)

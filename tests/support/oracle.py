@@ -18,13 +18,14 @@ import psycopg2
 import psycopg2.extras
 
 from txjoin.join.plan import OutputPlan
+from txjoin.pg.connect import exact_text
 from txjoin.sink.delta import DeltaRsStore
 from txjoin.verify.compare import compare_rows
 
 
 class Oracle:
     def __init__(self, dsn: str, outputs: dict[str, str]) -> None:
-        self.conn = psycopg2.connect(dsn)
+        self.conn = exact_text(psycopg2.connect(dsn))
         self.conn.autocommit = True
         self.outputs = outputs
         #: output -> xid -> rows

@@ -434,11 +434,12 @@ def test_unaliased_columns_are_named_as_postgresql_names_them() -> None:
     p = plan(
         "SELECT t.id, count(*), sum(t.i), string_agg(t.t, ',' ORDER BY t.id), t.i::text, 1::int, "
         "json_build_object('a', t.i), coalesce(t.i, 0), CASE WHEN t.i > 0 THEN 1 END, (t.j), "
-        "json_agg(t.i ORDER BY t.id), t.i + 1 FROM t GROUP BY t.id"
+        "json_agg(t.i ORDER BY t.id), t.i + 1, sum(t.i) FILTER (WHERE t.i > 0) AS s2, "
+        "bool_or(t.i > 0) FILTER (WHERE t.i > 0), (array_agg(t.i ORDER BY t.id))[1] FROM t GROUP BY t.id"
     )
     assert p.columns == (
         "id", "count", "sum", "string_agg", "i", "int4", "json_build_object", "coalesce", "case", "j",
-        "json_agg", "?column?",
+        "json_agg", "?column?", "s2", "bool_or", "array_agg",
     )  # fmt: skip
 
 

@@ -254,7 +254,7 @@ def from_debezium(value: Any, col: ColumnType) -> Any:
     if name == "time":
         us = int(value)
         if us >= 86_400_000_000:
-            return dt.time(23, 59, 59, 999999)
+            return "24:00:00"  # PostgreSQL's end of day, which datetime.time cannot hold
         return (dt.datetime.min + dt.timedelta(microseconds=us)).time()
     if name == "bytea":
         return base64.b64decode(value)

@@ -101,10 +101,16 @@ def _decimals(arr: pa.Array, t: pa.Decimal128Type, table: QualifiedName, column:
 
 
 def _times(arr: pa.Array) -> pa.Array:
-    """Microseconds of the day as Spark's time text: 'HH:MM:SS[.ffffff]' (24:00:00 as 23:59:59.999999)."""
-    us = pc.min_element_wise(arr, pa.scalar(86_399_999_999, pa.int64()), skip_nulls=False)
-    text = us.cast(pa.time64("us")).cast(pa.string())
-    return pc.replace_substring_regex(text, pattern=r"\.000000$", replacement="")
+    """Microseconds of the day as PostgreSQL prints a time: 'HH:MM:SS[.f]', the
+    fraction without trailing zeros, 24:00:00 kept. That text orders as the
+    times do, so Spark compares, groups and joins it as a string."""
+    us = arr.cast(pa.int64())
+    clamped = pc.min_element_wise(us, pa.scalar(86_399_999_999, pa.int64()), skip_nulls=False)
+    text = clamped.cast(pa.time64("us")).cast(pa.string())
+    text = pc.replace_substring_regex(text, pattern=r"\.0+$", replacement="")
+    text = pc.replace_substring_regex(text, pattern=r"(\.[0-9]*[1-9])0+$", replacement=r"\1")
+    midnight = pc.greater_equal(us, pa.scalar(86_400_000_000, pa.int64()))
+    return pc.if_else(midnight, pa.scalar("24:00:00"), text)
 
 
 def spark_column(

@@ -16,7 +16,7 @@ import psycopg2.extensions
 
 from txjoin.errors import SourceError, SourceUnavailable
 
-__all__ = ["SESSION_SETTINGS", "connect", "describe_dsn", "session_options"]
+__all__ = ["SESSION_SETTINGS", "connect", "describe_dsn", "exact_text", "session_options"]
 
 #: Session settings for every connection capture opens, so text output of
 #: dates, timestamps, floats and bytea is the same on the snapshot connection
@@ -48,6 +48,19 @@ def describe_dsn(dsn: str) -> str:
     return f"{user}@{host}:{port}/{db}"
 
 
+#: json, jsonb and time read as the text PostgreSQL prints (psycopg2 would parse
+#: them, and has no 24:00:00): outputs hold that text and compare byte for byte.
+_TEXT = psycopg2.extensions.new_type((114, 3802, 1083), "TXJOIN_TEXT", lambda v, _cur: v)
+_ARRAY_TEXT = psycopg2.extensions.new_array_type((199, 3807, 1183), "TXJOIN_TEXT_ARRAY", _TEXT)
+
+
+def exact_text(conn: Any) -> Any:
+    """``conn``, reading json, jsonb and time values as PostgreSQL's text."""
+    psycopg2.extensions.register_type(_TEXT, conn)
+    psycopg2.extensions.register_type(_ARRAY_TEXT, conn)
+    return conn
+
+
 def connect(dsn: str, *, replication: bool = False) -> Any:
     """Connect with capture's session settings; errors never show the password."""
     from psycopg2.extras import LogicalReplicationConnection
@@ -57,7 +70,7 @@ def connect(dsn: str, *, replication: bool = False) -> Any:
     if replication:
         kwargs["connection_factory"] = LogicalReplicationConnection
     try:
-        return psycopg2.connect(dsn, **kwargs)
+        return exact_text(psycopg2.connect(dsn, **kwargs))
     except psycopg2.OperationalError as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if "replication" in msg and ("permission" in msg or "must be superuser" in msg):

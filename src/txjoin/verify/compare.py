@@ -1,11 +1,12 @@
 """Compare an output's rows with the same SQL's rows on PostgreSQL.
 
-The two sides represent equal values differently: Spark's ``to_json`` and
-PostgreSQL's ``json_agg`` print JSON differently, numeric results come as
+The two sides represent equal values differently: numeric results come as
 ``Decimal`` or ``int`` or ``float``, timestamps with or without a zone. Both
-sides are normalized, then compared as multisets of rows. JSON aggregates
-without ORDER BY have no defined element order in PostgreSQL, so they compare
-as multisets of elements.
+sides are normalized, then compared as multisets of rows. JSON compares as
+text, byte for byte (txjoin writes PostgreSQL's text; read PostgreSQL's with
+txjoin.pg.connect.exact_text), except JSON aggregates without ORDER BY: they
+have no defined element order in PostgreSQL, so they compare as multisets of
+elements.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def normalize(v: Any, *, json_text: bool = False, unordered: bool = False) -> An
     """A hashable, engine-independent form of one value."""
     if v is None:
         return None
+    if json_text and isinstance(v, str) and not unordered:
+        return ("json", v)  # txjoin writes PostgreSQL's JSON text: compared byte for byte
     if json_text and isinstance(v, str):
         try:
             v = json.loads(v)
@@ -64,7 +67,11 @@ def normalize(v: Any, *, json_text: bool = False, unordered: bool = False) -> An
         if v.tzinfo is not None:
             v = v.astimezone(dt.UTC).replace(tzinfo=None)
         return ("ts", v.isoformat())
-    if isinstance(v, dt.date | dt.time):
+    if isinstance(v, dt.time):
+        # As PostgreSQL prints it, the text txjoin's outputs hold.
+        text = v.isoformat()
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    if isinstance(v, dt.date):
         return ("t", v.isoformat())
     if isinstance(v, bytes | bytearray | memoryview):
         return ("b", bytes(v).hex())

@@ -42,6 +42,7 @@ from txjoin.debezium.values import from_debezium
 from txjoin.errors import TxJoinError
 from txjoin.join.plan import OutputPlan
 from txjoin.pg.catalog import Table
+from txjoin.pg.connect import exact_text
 from txjoin.pg.names import QualifiedName, quote_ident
 from txjoin.spec import PipelineSpec
 
@@ -164,7 +165,7 @@ class Oracle:
         self.snapshots: dict[str, dict[int, dict[QualifiedName, str]]] = {s: {} for s in self.sources}
         self._cache: dict[tuple[str, tuple[tuple[str, int], ...]], list[Row]] = {}
         for name, src in self.sources.items():
-            src.conn = psycopg2.connect(src.dsn)
+            src.conn = exact_text(psycopg2.connect(src.dsn))
             src.conn.autocommit = True
             for o in self.outputs.values():
                 if len(o.sources) > 1 and name in o.tables:
@@ -249,7 +250,7 @@ class Oracle:
 
     def _evaluate(self, o: OracleOutput, snaps: Mapping[str, Mapping[QualifiedName, str]]) -> list[Row]:
         first = next(iter(sorted(o.sources)))
-        conn = psycopg2.connect(self.sources[first].dsn)
+        conn = exact_text(psycopg2.connect(self.sources[first].dsn))
         try:
             names: dict[QualifiedName, str] = {}
             with conn.cursor() as cur:

@@ -22,6 +22,7 @@ from typing import Literal
 
 from sqlglot import exp
 
+from txjoin.join.plan.jsontext import json_value_type
 from txjoin.join.plan.model import Analysis
 from txjoin.join.plan.typerules import FLOAT_TYPES, INT_TYPES, base_type, cast_type, numeric_ps
 
@@ -80,6 +81,7 @@ _CLASSES = {
     "date": "date",
     "timestamp": "timestamp",
     "timestamptz": "timestamptz",
+    "time": "time",
     "uuid": "uuid",
     "json": "json",
     "jsonb": "jsonb",
@@ -104,7 +106,7 @@ def type_class(t: str) -> str | None:
 
 
 _NUMBERS = ("int", "numeric", "float")
-ORDERED = (*_NUMBERS, "text", "bool", "date", "timestamp", "timestamptz", "uuid", "enum")
+ORDERED = (*_NUMBERS, "text", "bool", "date", "timestamp", "timestamptz", "time", "uuid", "enum")
 
 
 def promote(types: Sequence[str]) -> str | None:
@@ -193,6 +195,18 @@ def _any(result: str) -> Typer:
     return lambda args: result
 
 
+def _json_object(jsonb: bool) -> Typer:
+    def typer(args: Sequence[str]) -> str | None:
+        ok = all(json_value_type(t, jsonb=jsonb) for t in args)
+        return ("jsonb" if jsonb else "json") if ok else None
+
+    return typer
+
+
+def _json_agg(args: Sequence[str]) -> str | None:
+    return "json" if len(args) == 1 and json_value_type(args[0], jsonb=False) else None
+
+
 def _array_of(args: Sequence[str]) -> str | None:
     return f"_{args[0]}" if type_class(args[0]) in _ARRAY_ELEMENTS else None
 
@@ -213,9 +227,10 @@ ENTRIES: tuple[Entry, ...] = (
     _E("type", "date", "", "Spark DATE.", _any("date")),
     _E("type", "timestamp", "", "Spark TIMESTAMP_NTZ, microseconds.", _any("timestamp")),
     _E("type", "timestamptz", "", "Spark TIMESTAMP (an instant), microseconds.", _any("timestamptz")),
+    _E("type", "time", "", "Spark STRING holding PostgreSQL's text, 'HH:MM:SS' with the fraction's trailing zeros dropped and 24:00:00 kept: one text per value, ordered as the times are, so comparisons, min/max, GROUP BY and join keys agree. Written to Delta as that text (Delta has no time-of-day type). Constants ('10:00'::time) are refused: PostgreSQL reads several spellings of one time.", _any("time")),
     _E("type", "uuid", "", "Spark STRING in PostgreSQL's lower-case form.", _any("uuid")),
     _E("type", "bytea", "", "Spark BINARY.", _any("bytea")),
-    _E("type", "json, jsonb", "", "Spark STRING holding the JSON text; output as is.", _any("jsonb")),
+    _E("type", "json, jsonb", "", "Spark STRING holding the text PostgreSQL prints (json as written, jsonb in its normal form); output and embedded in JSON as is, compared byte for byte.", _any("jsonb")),
     _E("type", "domains", "", "As their base type (CHECK constraints only restrict the values): capture, the replicas and Spark read a domain over bigint as bigint.", _any("int8")),
     _E("type", "enum", "", "Spark STRING holding the label; =, <> compare labels, ordering (<, min, max, ORDER BY) follows the declared order (pg_enum.enumsortorder), as the label's position in the list; a constant must be one of the labels.", _any("enum")),
     _E("type", "arrays of integer, text, boolean, uuid", "", "Spark ARRAY (one dimension; NULL elements kept).", _any("_int4")),
@@ -255,7 +270,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("cast", "integer or numeric -> numeric", "", "numeric(p,s) rounds half away from zero; bare numeric keeps every digit (DECIMAL(38,18)).", _any("numeric")),
     _E("cast", "integer or numeric -> double precision", "", "Nearest double, in both.", _any("float8")),
     _E("cast", "integer -> text", "", "Decimal digits, in both.", _any("text")),
-    _E("cast", "text, varchar, enum, uuid -> text", "", "The same characters.", _any("text")),
+    _E("cast", "text, varchar, enum, uuid, time -> text", "", "The same characters.", _any("text")),
     _E("cast", "numeric(p,s) -> text", "", "The value with exactly s fractional digits, in both (unconstrained numeric, whose scale varies per value, is refused).", _any("text")),
     _E("cast", "boolean -> text", "", "'true' / 'false', in both.", _any("text")),
     _E("cast", "timestamp -> date", "", "The date part, in both.", _any("date")),
@@ -267,10 +282,11 @@ ENTRIES: tuple[Entry, ...] = (
     _E("aggregate", "min, max", "numbers, C-collated text, date, timestamp, timestamptz, uuid, enum", "Spark MIN / MAX; text only under the C collation.", lambda args: args[0] if type_class(args[0]) in ORDERED and type_class(args[0]) != "bool" else None),
     _E("aggregate", "FILTER (WHERE ...)", "any aggregate above, a boolean condition", "Only rows passing the condition reach the aggregate (Spark's FILTER; for json_agg, array_agg and string_agg the collected pairs are filtered).", _any("bool")),
     _E("aggregate", "bool_and, bool_or", "boolean", "Spark BOOL_AND / BOOL_OR.", _of("bool", result="bool")),
-    _E("aggregate", "json_agg", "integer, numeric, text, boolean, json_build_object(...) [ORDER BY ...]", "A JSON array in the ORDER BY's order (without ORDER BY compared as a multiset); NULL over no rows. Objects built by json_build_object are embedded as JSON; json and jsonb columns are refused (Spark would embed them as strings).", _of("int", "numeric", "text", "bool", "json", result="json")),
+    _E("aggregate", "json_agg", "integer, numeric(p,s), text, boolean, date, timestamp, time, json, jsonb, json_build_object(...) [ORDER BY ...]", "A JSON array in the ORDER BY's order (without ORDER BY compared as a multiset), written as PostgreSQL writes it: elements separated by `, `, each value's JSON text (json and jsonb embedded as their text); NULL over no rows. txjoin builds the text itself (join/plan/jsontext.py); numeric needs a declared scale, other types are refused.", _json_agg),
     _E("aggregate", "array_agg", "integer, text, boolean, uuid [ORDER BY ...]", "An array in the ORDER BY's order (without ORDER BY compared as a multiset); NULL over no rows.", _array_of),
     _E("aggregate", "string_agg", "text, text constant ORDER BY ...", "Joined in the ORDER BY's order; NULLs skipped; NULL over no non-NULL values.", _of("text", result="text")),
-    _E("function", "json_build_object, jsonb_build_object", "text keys; integer, numeric, text, boolean values", "A JSON object; values of other types are refused (their JSON text differs).", _of("int", "numeric", "text", "bool", result="json")),
+    _E("function", "json_build_object", "constant text keys; integer, numeric(p,s), text, boolean, date, timestamp, time, json, jsonb values", "A JSON object as PostgreSQL writes it (`{\"k\" : v, ...}`, json and jsonb values embedded as their text, timestamps as ISO 8601 with `T`); other value types are refused.", _json_object(jsonb=False)),
+    _E("function", "jsonb_build_object", "constant text keys; integer, numeric(p,s), text, boolean, date, timestamp, time, jsonb values", "A jsonb object as PostgreSQL prints it: keys sorted shorter first then bytewise, a repeated key keeps its last value, `{\"k\": v, ...}`; json values (which jsonb would reformat) and other types are refused.", _json_object(jsonb=True)),
 )  # fmt: skip
 
 _BY_KEY: dict[tuple[str, str], Entry] = {}
@@ -362,7 +378,7 @@ def constant(node: exp.Expression) -> str | None:
 _CASTS = {
     ("int", "int"), ("numeric", "int"), ("float", "int"), ("int", "numeric"), ("numeric", "numeric"),
     ("int", "float"), ("numeric", "float"), ("float", "float"), ("int", "text"), ("text", "text"),
-    ("bpchar", "text"), ("enum", "text"), ("uuid", "text"), ("bool", "text"), ("timestamp", "date"),
+    ("bpchar", "text"), ("enum", "text"), ("uuid", "text"), ("bool", "text"), ("time", "text"), ("timestamp", "date"),
     ("date", "timestamp"), ("date", "date"), ("timestamp", "timestamp"), ("bool", "bool"),
 }  # fmt: skip
 #: String constants a cast accepts: the forms PostgreSQL and Spark read alike.

@@ -301,8 +301,10 @@ def _default_name(e: exp.Expression) -> str | None:
     """The name PostgreSQL gives an unaliased output column (its FigureColname):
     a column's name, a function's, a cast's operand's (else the type's); None
     for '?column?' (operators, constants)."""
-    if isinstance(e, exp.Paren):
-        return _default_name(e.this)
+    if isinstance(e, exp.Paren | exp.Filter | exp.Bracket):
+        return _default_name(e.this)  # agg(...) FILTER (...) is agg's; arr[i] is arr's
+    if isinstance(e, exp.Array):
+        return "array"
     if isinstance(e, exp.Column):
         return e.name
     if isinstance(e, exp.Cast):

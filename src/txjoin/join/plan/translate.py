@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from txjoin.errors import UnsupportedQuery
+from txjoin.join.plan import jsontext
 from txjoin.join.plan.allowlist import pg_type
 from txjoin.join.plan.gate import case_mapping, enum_labels, quotient_scale
 from txjoin.join.plan.model import Analysis, any_array, refuse
@@ -88,7 +88,7 @@ def _agg_rewrite(node: exp.Expression, unordered: list[bool], output: str) -> ex
     arr: exp.Expression = exp.Anonymous(this="transform", expressions=[sorted_, _lambda_v()])
     count: exp.Expression = exp.Anonymous(this="size", expressions=[collected.copy()])
     if isinstance(node, exp.JSONArrayAgg):
-        result: exp.Expression = exp.Anonymous(this="to_json", expressions=[arr])
+        result: exp.Expression = jsontext.agg_array(arr)  # elements are JSON text already
     elif isinstance(node, exp.GroupConcat):
         sep = node.args.get("separator") or exp.Literal.string(",")
         result = exp.Anonymous(this="array_join", expressions=[arr, sep.copy()])
@@ -288,6 +288,41 @@ def _rewrite_quotients(found: list[tuple[Any, tuple[int, int, int, int | None]]]
         target.replace(result)
 
 
+def _find_json(tree: exp.Expression, a: Analysis) -> list[tuple[Any, list[str]]]:
+    """json_build_object, jsonb_build_object and json_agg nodes, children
+    first, with their values' PostgreSQL types (typed before other rewrites)."""
+    found: list[tuple[Any, list[str]]] = []
+    for node in tree.find_all(exp.Anonymous, exp.JSONArrayAgg, bfs=False):
+        if isinstance(node, exp.Anonymous) and node.name.upper() not in _BUILDERS:
+            continue
+        values = node.expressions[1::2] if isinstance(node, exp.Anonymous) else [_agg_value(node)]
+        found.append((node, [pg_type(v, a) or "unknown" for v in values]))
+    return found[::-1]
+
+
+_BUILDERS = ("JSON_BUILD_OBJECT", "JSONB_BUILD_OBJECT")
+
+
+def _agg_value(node: Any) -> exp.Expression:
+    inner: exp.Expression = node.this
+    value: exp.Expression = inner.this if isinstance(inner, exp.Order) else inner
+    return value
+
+
+def _rewrite_json(found: list[tuple[Any, list[str]]]) -> None:
+    """Objects -> their PostgreSQL text; json_agg's value -> its JSON text
+    (the array around the elements is made with the aggregate, _agg_rewrite)."""
+    for node, types in found:
+        if isinstance(node, exp.Anonymous):
+            keys = [k.this for k in node.expressions[0::2]]  # constants: the gate says so
+            values = list(node.expressions[1::2])
+            jsonb = node.name.upper() == "JSONB_BUILD_OBJECT"
+            node.replace(jsontext.build_object(keys, values, types, jsonb=jsonb))
+        else:
+            value = _agg_value(node)
+            value.replace(jsontext.value_text(value.copy(), types[0]))
+
+
 def _typed_rewrites(tree: exp.Expression, a: Analysis) -> None:
     """Rewrite, in place, what Spark computes differently from PostgreSQL for
     the operand types at hand (docs/types.md). Unknown types: no rewrite."""
@@ -345,10 +380,12 @@ def translate(
     tree = select.copy()
     tree.set("order", None)
     quotients = _find_quotients(tree, a)
+    json_nodes = _find_json(tree, a)
     _case_rewrites(tree, a)
     _enum_rewrites(tree, a)
     _typed_rewrites(tree, a)
     _rewrite_quotients(quotients)
+    _rewrite_json(json_nodes)
     # Tables -> views, keeping the name the SQL uses as alias.
     order = list(a.aliases)
     for t in tree.find_all(exp.Table):
@@ -403,24 +440,6 @@ def translate(
         if isinstance(node, exp.Collate):
             inner: exp.Expression = node.this  # only COLLATE "C" passes: Spark's own byte order
             return inner
-        if isinstance(node, exp.Anonymous) and node.name.upper() in (
-            "JSON_BUILD_OBJECT",
-            "JSONB_BUILD_OBJECT",
-        ):
-            args = node.expressions
-            if len(args) % 2:
-                raise UnsupportedQuery(f"output {name!r}: json_build_object needs key/value pairs")
-            struct = exp.Anonymous(this="named_struct", expressions=list(args))
-            inside_agg = node.find_ancestor(exp.AggFunc, exp.Anonymous)
-            if inside_agg is not None and (
-                isinstance(inside_agg, exp.AggFunc)
-                or (
-                    isinstance(inside_agg, exp.Anonymous)
-                    and inside_agg.name.lower() in ("named_struct", "collect_list")
-                )
-            ):
-                return struct
-            return exp.Anonymous(this="to_json", expressions=[struct])
         if isinstance(node, exp.EQ):
             for scalar, other in ((node.this, node.expression), (node.expression, node.this)):
                 arr = any_array(other)
