@@ -95,8 +95,12 @@ def test_time_json_and_names_end_to_end(spark: Any, pg_db: str, tmp_path: Path) 
                     "'[1,2]', '{9,8,7,6,5,4}', '2026-02-01', '2026-02-01 08:00:00.5')",
                 ),
                 commit(pg_db, "UPDATE shifts SET starts = '24:00:00', meta = '[]' WHERE id = 1"),
-                commit(pg_db, "DELETE FROM shifts WHERE id = 4", "UPDATE stores SET opens = '09:00' WHERE code = 'b'"),
-                commit(pg_db, "UPDATE shifts SET note = '{\"k\" : \"v\"}', created = NULL WHERE id = 2"),
+                commit(
+                    pg_db,
+                    "DELETE FROM shifts WHERE id = 4",
+                    "UPDATE stores SET opens = '09:00' WHERE code = 'b'",
+                ),
+                commit(pg_db, 'UPDATE shifts SET note = \'{"k" : "v"}\', created = NULL WHERE id = 2'),
             }
             wait_for_xids(spec.changelog, "s", xids, ct)
             pipeline.run_available()
