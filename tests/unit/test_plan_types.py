@@ -448,3 +448,30 @@ def test_unquoted_identifiers_fold_to_lower_case() -> None:
     assert p.columns == ("id", "big", "Mixed")
     with pytest.raises(UnsupportedQuery, match=r"reads table public\.T, which no source captures"):
         plan('SELECT "T".id FROM "T"')
+
+
+# -- constructs PostgreSQL and Spark compute differently: refused, named -------------
+
+
+@pytest.mark.parametrize(
+    ("expr", "named"),
+    [
+        ("regexp_replace(t.t, 'a', 'b')", "regexp_replace"),  # Spark replaces every match
+        ("t.t ~ '[[:alpha:]]'", "t.t ~ '[[:alpha:]]'"),  # POSIX classes
+        ("trunc(t.n, 1)", "trunc"),  # Spark drops the scale
+        ("t.ts::time", "timestamp to TIME"),
+        ("t.f::text", "double precision to TEXT"),  # float formatting
+        ("length(t.c3)", "length"),  # char(n) ignores trailing blanks
+        ("t.c3 || 'x'", "||"),
+        ("substring(t.t, 2, 3)", "substring"),
+        ("date_part('dow', t.ts)", "date_part"),
+        ("json_build_object('f', t.f)", "json_build_object"),  # float JSON text differs
+        ("jsonb_build_object('n', t.u)", "jsonb_build_object"),  # numeric without a scale
+        ("json_build_object(t.t, 1)", "key that is not a text constant"),
+    ],
+)
+def test_constructs_computed_differently_are_refused_by_name(expr: str, named: str) -> None:
+    with pytest.raises(UnsupportedQuery) as e:
+        plan(f"SELECT t.id, {expr} AS x FROM t")
+    assert named in str(e.value), str(e.value)
+    assert str(e.value).startswith("output 'out': "), str(e.value)
