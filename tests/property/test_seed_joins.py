@@ -81,8 +81,7 @@ def _run(
         result = check_spec(
             spec,
             spark,
-            create_database=server.create_database,
-            drop_database=lambda n: drop_database(server, n),
+            admin_dsn=server.dsn(),
             examples=examples(ci=8, thorough=60),
             seed=None if THOROUGH else 3,  # make test: the same examples every run
         )

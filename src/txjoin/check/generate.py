@@ -27,6 +27,7 @@ from typing import Any
 import psycopg2.extras
 from hypothesis import strategies as st
 
+from txjoin.check.constraints import unique_columns, value_filter
 from txjoin.check.harness import Statement, TxPlan, Workload
 from txjoin.errors import ConfigError
 from txjoin.join.plan import OutputPlan
@@ -37,9 +38,10 @@ __all__ = ["initial_rows", "scratch_ddl", "small_columns", "workloads"]
 
 SMALL = st.integers(1, 6)
 KEYS = st.integers(1, 9)
-_WORDS = ["a", "b", "c", "Ann", "Bob", "x y", "ü"]
+_WORDS = ["a", "b", "c", "Ann", "Bob", "x y", "ü", "B", "É", "zebra", "Zebra", "straße", ""]
 _UUIDS = [str(uuid.UUID(int=i * 0x1111)) for i in range(1, 6)]
 _DAY = dt.date(2024, 1, 1)
+_PST = dt.timezone(-dt.timedelta(hours=8))
 
 
 def _foreign_keys(t: Table, among: Iterable[QualifiedName]) -> list[ForeignKey]:
@@ -95,9 +97,16 @@ def _scalar(col_type: str, typmod: int, small: bool) -> st.SearchStrategy[Any] |
     if col_type == "timestamp":
         return st.integers(0, 2000).map(lambda m: dt.datetime(2024, 1, 1) + dt.timedelta(minutes=m))
     if col_type == "timestamptz":
-        return st.integers(0, 2000).map(
-            lambda m: dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=m)
+        zones = st.sampled_from([dt.UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)), _PST])
+        return st.builds(
+            lambda m, z: (dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=m)).astimezone(z),
+            st.integers(0, 2000),
+            zones,
         )
+    if col_type == "time":
+        edges = st.sampled_from([dt.time(0), dt.time(23, 59, 59, 999999), "24:00:00", dt.time(12, 0, 0, 5)])
+        minutes = st.integers(0, 6 if small else 1439).map(lambda m: dt.time(m // 60, m % 60))
+        return minutes | edges
     if col_type == "uuid":
         return st.sampled_from(_UUIDS[:3] if small else _UUIDS)
     if col_type in ("json", "jsonb"):
@@ -106,6 +115,9 @@ def _scalar(col_type: str, typmod: int, small: bool) -> st.SearchStrategy[Any] |
 
 
 def _values(col: Column, small: bool, table: QualifiedName) -> st.SearchStrategy[Any]:
+    if col.enum_labels:
+        base_enum = st.sampled_from(col.enum_labels[:3] if small else col.enum_labels)
+        return base_enum if col.not_null else st.one_of(st.none(), base_enum)
     if col.type.is_array:
         elem = _scalar(col.type.element.name, -1, True)
         base: st.SearchStrategy[Any] | None = None if elem is None else st.lists(elem, max_size=4)
@@ -141,6 +153,8 @@ class _Gen:
     tables: list[Table]
     small: dict[QualifiedName, set[str]]
     fk_of: dict[tuple[QualifiedName, str], ForeignKey] = field(default_factory=dict)
+    #: Tables whose key another table references without ON UPDATE CASCADE: keys stay put.
+    pinned: set[QualifiedName] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tables]
@@ -148,6 +162,8 @@ class _Gen:
             for fk in _foreign_keys(t, names):
                 if len(fk.columns) == 1:
                     self.fk_of[(t.name, fk.columns[0])] = fk
+                if "ON UPDATE CASCADE" not in fk.definition.upper():
+                    self.pinned.add(fk.table)
 
     def value(self, t: Table, col: Column) -> st.SearchStrategy[Any]:
         if (
@@ -156,15 +172,25 @@ class _Gen:
             and len(t.primary_key) == 1
         ):
             # A little wider than the join domain: some inserts add rows, some collide.
-            return KEYS
-        return _values(col, col.name in self.small.get(t.name, set()), t.name)
+            base: st.SearchStrategy[Any] = KEYS
+        else:
+            base = _values(col, col.name in self.small.get(t.name, set()), t.name)
+        filters = (value_filter(t.constraints, col.name), value_filter(col.domain_checks, "value"))
+        checks = [f for f in filters if f is not None]
+        if not checks:
+            return base
+        return base.filter(lambda v: all(ok(v) for ok in checks))
 
     def expr(self, t: Table, col: str) -> str:
         fk = self.fk_of.get((t.name, col))
-        if fk is not None and not t.column(col).not_null:
-            ref = quote_ident(fk.ref_columns[0])
-            return f"(SELECT {ref} FROM {fk.table.quoted} WHERE {ref} = %s)"
-        return "%s"
+        if fk is None:
+            return "%s"
+        ref = quote_ident(fk.ref_columns[0])
+        match = f"(SELECT {ref} FROM {fk.table.quoted} WHERE {ref} = %s)"
+        if not t.column(col).not_null:
+            return match  # NULL when that parent is missing
+        # NOT NULL: that parent, else any parent (fails only when there is none).
+        return f"COALESCE({match}, (SELECT {ref} FROM {fk.table.quoted} ORDER BY {ref} LIMIT 1))"
 
     @st.composite
     def insert(draw: st.DrawFn, self: _Gen, t: Table) -> Statement:
@@ -177,6 +203,13 @@ class _Gen:
         )
 
     def _where(self, draw: st.DrawFn, t: Table) -> tuple[str, tuple[Any, ...]]:
+        cols = ", ".join(quote_ident(k) for k in t.primary_key)
+        if draw(st.booleans()):
+            # An existing row, by its place in key order: most updates and deletes hit.
+            offset = draw(st.integers(0, 5))
+            return f"({cols}) = (SELECT {cols} FROM {t.name.quoted} ORDER BY {cols} LIMIT 1 OFFSET %s)", (
+                offset,
+            )
         keys = tuple(draw(self.value(t, t.column(k)).filter(lambda v: v is not None)) for k in t.primary_key)
         return " AND ".join(f"{quote_ident(k)} = %s" for k in t.primary_key), keys
 
@@ -189,7 +222,15 @@ class _Gen:
         sets = ", ".join(f"{quote_ident(c.name)} = {self.expr(t, c.name)}" for c in chosen)
         values = tuple(draw(self.value(t, c)) for c in chosen)
         where, keys = self._where(draw, t)
-        return Statement(f"UPDATE {t.name.quoted} SET {sets} WHERE {where}", values + keys)
+        # A UNIQUE column takes only a value no other row has.
+        unique = [(c, v) for c, v in zip(chosen, values, strict=True) if c.name in unique_columns(t)]
+        guards = "".join(
+            f" AND NOT EXISTS (SELECT 1 FROM {t.name.quoted} "
+            f"WHERE {quote_ident(c.name)} = {self.expr(t, c.name)})"
+            for c, _ in unique
+        )
+        args = values + keys + tuple(v for _, v in unique)
+        return Statement(f"UPDATE {t.name.quoted} SET {sets} WHERE {where}{guards}", args)
 
     @st.composite
     def delete(draw: st.DrawFn, self: _Gen, t: Table) -> Statement:
@@ -198,7 +239,7 @@ class _Gen:
 
     @st.composite
     def move_key(draw: st.DrawFn, self: _Gen, t: Table) -> Statement | None:
-        if len(t.primary_key) != 1:
+        if len(t.primary_key) != 1 or t.name in self.pinned:
             return None
         k = t.primary_key[0]
         vals = self.value(t, t.column(k)).filter(lambda v: v is not None)
@@ -259,14 +300,17 @@ def workloads(
     gen = _Gen(list(tables), small_columns(tables, plans))
     sources = sorted({t.source for t in tables})
     txs = []
-    for _ in range(draw(st.integers(1, max_transactions))):
+    for _ in range(draw(st.integers(min(8, max_transactions), max_transactions))):
         source = draw(st.sampled_from(sources))
         stmts = draw(st.lists(gen.statement(source), min_size=1, max_size=max_statements))
-        txs.append(TxPlan(source, tuple(stmts), draw(st.sampled_from([False, False, False, False, True]))))
+        txs.append(TxPlan(source, tuple(stmts), draw(st.sampled_from([False] * 9 + [True]))))
     steps = sum(len(t.statements) + 1 for t in txs)
+    # Paced: a micro-batch after most commits (each a Delta version to check,
+    # and a restart from the checkpoint), several transactions in the others.
+    paced = draw(st.lists(st.integers(0, 5), min_size=len(txs) + 1, max_size=len(txs) + 1))
     return Workload(
         transactions=tuple(txs),
         connections=draw(st.integers(1, 3)),
         schedule=tuple(draw(st.lists(st.integers(0, 2), max_size=steps))),
-        triggers=frozenset(draw(st.sets(st.integers(0, len(txs)), max_size=3))),
+        triggers=frozenset(i for i, p in enumerate(paced) if p > 0),
     )

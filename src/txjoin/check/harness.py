@@ -35,7 +35,7 @@ from txjoin.verify.oracle import Oracle, oracle_for
 from txjoin.verify.replay import read_transactions
 from txjoin.verify.versions import Violation, check_versions
 
-__all__ = ["CheckResult", "Statement", "TxPlan", "Workload", "run_check", "run_workload"]
+__all__ = ["CheckResult", "Outcomes", "Statement", "TxPlan", "Workload", "run_check", "run_workload"]
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,40 @@ class Workload:
 
 
 @dataclass
+class Outcomes:
+    """What became of a workload's transactions."""
+
+    committed: int = 0
+    #: Rolled back on purpose (the workload says so).
+    rolled_back: int = 0
+    #: Failed on a constraint (SQLSTATE class 23): generation did not fit the schema.
+    constraint: int = 0
+    #: Failed waiting for a lock, on a deadlock or a serialization failure: concurrency.
+    lock: int = 0
+    #: Failed otherwise (a value out of range, ...).
+    other: int = 0
+    #: The first message of each failure kind, for the report.
+    examples: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> int:
+        return self.constraint + self.lock + self.other
+
+    def fail(self, e: psycopg2.Error) -> None:
+        code = e.pgcode or ""
+        kind = "constraint" if code.startswith("23") else "lock" if code in _LOCK_CODES else "other"
+        setattr(self, kind, getattr(self, kind) + 1)
+        self.examples.setdefault(kind, (str(e).strip().splitlines() or [""])[0])
+
+
+_LOCK_CODES = ("55P03", "40P01", "40001")
+
+
+@dataclass
 class CheckResult:
     committed: int = 0
     rolled_back: int = 0
+    outcomes: Outcomes = field(default_factory=Outcomes)
     versions: dict[str, int] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
 
@@ -93,8 +124,9 @@ def run_workload(
     on_commit: Callable[[int, list[tuple[str, int]]], None] | None = None,
     *,
     lock_timeout_ms: int = 100,
-) -> tuple[list[tuple[str, int]], int]:
-    """Run ``workload``; return (source, xid) of committed transactions that changed rows, and rollbacks."""
+) -> tuple[list[tuple[str, int]], Outcomes]:
+    """Run ``workload``; return (source, xid) of committed transactions that changed rows, and
+    what became of every transaction."""
     conns: dict[tuple[str, int], Any] = {}
     for source, dsn in dsns.items():
         for i in range(workload.connections):
@@ -109,7 +141,8 @@ def run_workload(
     slots: dict[tuple[str, int], _Open] = {}
     schedule = iter(workload.schedule)
     committed: list[tuple[str, int]] = []
-    commits = rollbacks = 0
+    outcomes = Outcomes()
+    commits = 0
     try:
         while queue or slots:
             for key in sorted(conns):
@@ -134,9 +167,9 @@ def run_workload(
                         cur.execute(st.sql, st.args)
                         tx.changed |= cur.rowcount > 0 or st.sql.lstrip().upper().startswith("TRUNCATE")
                 except psycopg2.Error as e:
-                    log.debug("transaction %d rolled back: %s", tx.index, str(e).strip())
+                    log.debug("transaction %d failed: %s", tx.index, str(e).strip())
                     conn.rollback()
-                    rollbacks += 1
+                    outcomes.fail(e)
                     del slots[key]
                     continue
                 tx.step += 1
@@ -144,12 +177,13 @@ def run_workload(
             del slots[key]
             if tx.plan.rollback:
                 conn.rollback()
-                rollbacks += 1
+                outcomes.rolled_back += 1
                 continue
             assert tx.xid is not None
             with oracle.commit(tx.plan.source, tx.xid):
                 conn.commit()
             commits += 1
+            outcomes.committed += 1
             if tx.changed:
                 committed.append((tx.plan.source, tx.xid))
             if on_commit is not None:
@@ -157,7 +191,7 @@ def run_workload(
     finally:
         for c in conns.values():
             c.close()
-    return committed, rollbacks
+    return committed, outcomes
 
 
 def _ends(changelog: Path, source: str) -> list[int]:
@@ -211,9 +245,10 @@ def run_check(
                 _wait_for(spec.changelog, committed, captures, timeout)
                 p.run_available()
 
-        committed, result.rolled_back = run_workload(
+        committed, result.outcomes = run_workload(
             {s.name: s.dsn for s in spec.sources.values()}, workload, oracle, trigger
         )
+        result.rolled_back = result.outcomes.rolled_back
         result.committed = len(committed)
         _wait_for(spec.changelog, committed, captures, timeout)
         pipeline.run_available()

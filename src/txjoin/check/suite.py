@@ -28,13 +28,15 @@ from hypothesis import HealthCheck, Phase, given, note, settings
 
 from txjoin.check.generate import initial_rows, scratch_ddl, workloads
 from txjoin.check.harness import CheckResult, Statement, Workload, run_check
+from txjoin.check.scratch import ScratchSetup, create_scratch, read_setup
 from txjoin.errors import TxJoinError
 from txjoin.join.plan import OutputPlan
 from txjoin.join.planned import plan_outputs
+from txjoin.pg import admin
 from txjoin.pg.catalog import Table
 from txjoin.spec import PipelineSpec
 
-__all__ = ["SuiteResult", "check_spec", "plan_spec"]
+__all__ = ["SuiteResult", "check_spec", "describe_example", "plan_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +48,42 @@ class SuiteResult:
     examples: int = 0
     committed: int = 0
     rolled_back: int = 0
+    constraint_failures: int = 0
+    lock_failures: int = 0
+    other_failures: int = 0
     versions: int = 0
+    #: How each source's scratch copy was made.
+    setups: dict[str, ScratchSetup] = field(default_factory=dict)
     #: The failing example's report, if any (after shrinking).
     failure: str | None = None
+    #: The failing example as SQL to paste into psql.
+    failure_sql: str = ""
     results: list[CheckResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    @property
+    def transactions(self) -> int:
+        return (
+            self.committed
+            + self.rolled_back
+            + self.constraint_failures
+            + self.lock_failures
+            + self.other_failures
+        )
+
+    def totals(self) -> str:
+        n = max(self.transactions, 1)
+        per_example = self.versions / max(self.examples, 1)
+        return (
+            f"{self.examples} examples: {self.transactions} transactions, {self.committed} committed, "
+            f"{self.rolled_back} rolled back on purpose ({100 * self.rolled_back / n:.0f}%), "
+            f"{self.constraint_failures} failed on a constraint ({100 * self.constraint_failures / n:.1f}%), "
+            f"{self.lock_failures} on a lock wait, {self.other_failures} otherwise; "
+            f"{self.versions} Delta versions checked ({per_example:.1f} per example)"
+        )
 
 
 def plan_spec(spec: PipelineSpec) -> tuple[dict[str, list[Table]], dict[str, OutputPlan]]:
@@ -63,49 +93,62 @@ def plan_spec(spec: PipelineSpec) -> tuple[dict[str, list[Table]], dict[str, Out
     return tables, dict(planned.plans)
 
 
+def describe_example(n: int, r: CheckResult) -> str:
+    o = r.outcomes
+    return (
+        f"example {n}: {o.committed} committed, {o.rolled_back} rolled back on purpose, "
+        f"{o.constraint} failed on a constraint, {o.lock} on a lock, {o.other} otherwise; "
+        f"versions checked {dict(r.versions)}: {'ok' if r.ok else str(len(r.violations)) + ' violations'}"
+        + "".join(f"\n    first {kind} failure: {msg}" for kind, msg in sorted(o.examples.items()))
+    )
+
+
 def check_spec(
     spec: PipelineSpec,
     spark: Any,
     *,
-    create_database: Callable[[str], str],
-    drop_database: Callable[[str], None],
+    admin_dsn: str,
     examples: int = 25,
-    max_transactions: int = 10,
+    max_transactions: int = 12,
     shrink: bool = True,
     seed: int | None = None,
     on_example: Callable[[int, CheckResult], None] | None = None,
 ) -> SuiteResult:
-    """Run ``examples`` random workloads on scratch copies of ``spec``'s sources.
-
-    ``create_database(name)`` makes an empty database and returns its DSN;
-    ``drop_database(name)`` removes it.
-    """
+    """Run ``examples`` random workloads on scratch copies of ``spec``'s sources,
+    made on ``admin_dsn``'s server (a role that may create databases)."""
     tables, plans = plan_spec(spec)
     all_tables = [t for ts in tables.values() for t in ts]
-    ddl = {name: scratch_ddl(ts) for name, ts in tables.items()}
     suite = SuiteResult()
+    for name, s in spec.sources.items():
+        suite.setups[name] = read_setup(s.dsn, tables[name], scratch_ddl(tables[name]))
 
     def one(initial: list[Statement], workload: Workload) -> None:
         n = next(_counter)
         tmp = Path(tempfile.mkdtemp(prefix="txjoin-check-"))
         made: list[str] = []
+        scripts: dict[str, list[str]] = {}
         try:
             sources = {}
             for name, s in spec.sources.items():
                 db = f"txjoin_check_{name}_{n}"
-                drop_database(db)
-                dsn = create_database(db)
+                dsn = create_scratch(admin_dsn, db, suite.setups[name])
                 made.append(db)
                 conn = psycopg2.connect(dsn)
+                lines = scripts.setdefault(name, [])
                 with conn.cursor() as cur:
-                    cur.execute(ddl[name])
                     for stmt in initial:
                         if _source_of(stmt, tables) == name:
                             cur.execute("SAVEPOINT s")
                             try:
                                 cur.execute(stmt.sql, stmt.args)
+                                lines.append(cur.mogrify(stmt.sql, stmt.args).decode() + ";")
                             except psycopg2.Error:
                                 cur.execute("ROLLBACK TO SAVEPOINT s")  # a constraint: skip the row
+                    for tx in workload.transactions:
+                        if tx.source == name:
+                            body = [cur.mogrify(x.sql, x.args).decode() + ";" for x in tx.statements]
+                            end = "ROLLBACK;" if tx.rollback else "COMMIT;"
+                            lines.append("\n".join(["BEGIN;", *body, end]))
                 conn.commit()
                 conn.close()
                 sources[name] = dataclasses.replace(s, dsn=dsn, slot="", publication="")
@@ -114,18 +157,23 @@ def check_spec(
             )
             result = run_check(scratch, spark, workload)
             suite.examples += 1
-            suite.committed += result.committed
-            suite.rolled_back += result.rolled_back
+            o = result.outcomes
+            suite.committed += o.committed
+            suite.rolled_back += o.rolled_back
+            suite.constraint_failures += o.constraint
+            suite.lock_failures += o.lock
+            suite.other_failures += o.other
             suite.versions += sum(result.versions.values())
             suite.results.append(result)
             if on_example is not None:
                 on_example(suite.examples, result)
-            note(f"{result.committed} transactions committed, versions {result.versions}")
+            note(describe_example(suite.examples, result))
             if not result.ok:
+                suite.failure_sql = _script(scripts)
                 raise AssertionError("\n".join(str(v) for v in result.violations))
         finally:
             for db in made:
-                drop_database(db)
+                admin.drop_database(admin_dsn, db)
             shutil.rmtree(tmp, ignore_errors=True)
 
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
@@ -153,6 +201,16 @@ def check_spec(
     except TxJoinError:
         raise
     return suite
+
+
+def _script(scripts: dict[str, list[str]]) -> str:
+    """The example as psql input: per source, its rows, then its transactions in
+    the order they were started (they ran interleaved on several connections)."""
+    out: list[str] = []
+    for source, lines in scripts.items():
+        out.append(f"-- source {source}: on an empty copy of its schema")
+        out.extend(lines)
+    return "\n".join(out)
 
 
 def _source_of(stmt: Statement, tables: dict[str, list[Table]]) -> str:

@@ -4,6 +4,7 @@ spec's own schema) and ``scenario`` (the consistency scenarios)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -19,11 +20,13 @@ def _check(args: argparse.Namespace) -> int:
     import dataclasses
 
     from txjoin.check.suite import check_spec
-    from txjoin.pg import admin as pg_admin
     from txjoin.pg.embedded import EmbeddedPostgres
     from txjoin.spec import load_spec
 
     spec = load_spec(args.spec)
+    if not args.debug:
+        # Each example runs capture and the pipeline: their progress lines would bury the report.
+        logging.getLogger("txjoin").setLevel(logging.ERROR)
     if args.no_before_images:
         # Deliberately broken maintenance: shows the suite catches it.
         spec = dataclasses.replace(
@@ -32,42 +35,37 @@ def _check(args: argparse.Namespace) -> int:
     server = EmbeddedPostgres(Path(args.home) / "check-pg")
     if not server.status().running:
         server.start()
-    admin = server.dsn()
-
-    def create(name: str) -> str:
-        return pg_admin.fresh_database(admin, name)
-
-    def drop(name: str) -> None:
-        pg_admin.drop_database(admin, name)
+        print(
+            f"started a scratch PostgreSQL in {server.data_dir} (it keeps running for the next check; "
+            f"stop it with: txjoin db stop --data-dir {server.data_dir})",
+            file=sys.stderr,
+        )
+    from txjoin.check.suite import describe_example
 
     def on_example(n: int, r: Any) -> None:
-        print(
-            f"  example {n}: {r.committed} transactions, versions {dict(r.versions)}, "
-            f"{'ok' if r.ok else str(len(r.violations)) + ' violations'}",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"  {describe_example(n, r)}", file=sys.stderr, flush=True)
 
     print(f"checking pipeline {spec.name}: {args.examples} random workloads on scratch copies of its sources")
     result = check_spec(
         spec,
         spark_for(spec),
-        create_database=create,
-        drop_database=drop,
+        admin_dsn=server.dsn(),
         examples=args.examples,
         shrink=not args.no_shrink,
         seed=args.seed,
         on_example=on_example,
     )
-    print(
-        f"{result.examples} examples, {result.committed} transactions committed "
-        f"({result.rolled_back} rolled back), {result.versions} Delta versions checked"
-    )
+    for name, setup in result.setups.items():
+        extra = f" ({setup.note})" if setup.note else ""
+        print(f"source {name}: scratch copies with {setup.describe()}{extra}")
+    print(result.totals())
     if result.ok:
         print("every version of every output equals its SQL on PostgreSQL at its cut")
         return 0
     print("VIOLATION (smallest failing example found):")
     print(result.failure)
+    print("The example as SQL (paste into psql on an empty copy of the source's schema):")
+    print(result.failure_sql)
     return 1
 
 

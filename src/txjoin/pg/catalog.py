@@ -36,6 +36,8 @@ class Column:
     collation: str = ""
     #: An enum's labels in their declared order (``pg_enum.enumsortorder``); () for other types.
     enum_labels: tuple[str, ...] = ()
+    #: A domain's CHECK constraints ('CHECK ((VALUE >= 0))'); () for other types.
+    domain_checks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class ForeignKey:
     ref_columns: tuple[str, ...]
     #: ``pg_get_constraintdef()``: 'FOREIGN KEY (a) REFERENCES t(id) ON DELETE CASCADE'.
     definition: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,9 @@ SELECT a.attname, a.atttypid, ty.typname, a.atttypmod, format_type(a.atttypid, a
             WHEN co.collprovider = 'i' THEN coalesce(to_jsonb(co) ->> 'colliculocale', co.collcollate)
             WHEN co.collname IN ('C', 'POSIX', 'ucs_basic') THEN 'C' ELSE co.collcollate END,
        CASE WHEN ty.typtype = 'e' THEN (SELECT string_agg(e.enumlabel, E'\\x1f' ORDER BY e.enumsortorder)
-                                        FROM pg_enum e WHERE e.enumtypid = ty.oid) END
+                                        FROM pg_enum e WHERE e.enumtypid = ty.oid) END,
+       CASE WHEN ty.typtype = 'd' THEN (SELECT string_agg(pg_get_constraintdef(dc.oid), E'\\x1f')
+                    FROM pg_constraint dc WHERE dc.contypid = ty.oid AND dc.contype = 'c') END
 FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
 LEFT JOIN pg_collation co ON co.oid = a.attcollation
 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -160,7 +165,7 @@ def resolve_domain(t: ColumnType, bases: dict[int, ColumnType]) -> ColumnType:
 def _constraints(cur: Any, oid: int) -> tuple[tuple[str, ...], tuple[ForeignKey, ...]]:
     cur.execute(_CONSTRAINTS_SQL, (oid,))
     plain: list[str] = []
-    fks: dict[str, tuple[str, QualifiedName, list[str], list[str]]] = {}
+    fks: dict[str, tuple[str, QualifiedName, list[str], list[str]]] = {}  # by constraint name
     for name, kind, definition, fschema, ftable, _i, col, fcol in cur.fetchall():
         if kind != "f":
             plain.append(definition)
@@ -168,7 +173,7 @@ def _constraints(cur: Any, oid: int) -> tuple[tuple[str, ...], tuple[ForeignKey,
         fk = fks.setdefault(name, (definition, QualifiedName(fschema, ftable), [], []))
         fk[2].append(col)
         fk[3].append(fcol)
-    foreign = tuple(ForeignKey(tuple(c), ref, tuple(rc), d) for d, ref, c, rc in fks.values())
+    foreign = tuple(ForeignKey(tuple(c), ref, tuple(rc), d, n) for n, (d, ref, c, rc) in fks.items())
     return tuple(plain), foreign
 
 
@@ -209,8 +214,9 @@ def describe(
                     _true(nn),
                     str(coll or ""),
                     tuple(labels.split("\x1f")) if labels else (),
+                    tuple(checks.split("\x1f")) if checks else (),
                 )
-                for n, toid, tname, mod, formatted, nn, coll, labels in cur.fetchall()
+                for n, toid, tname, mod, formatted, nn, coll, labels, checks in cur.fetchall()
             )
             cur.execute(_PRIMARY_KEY_SQL, (oid,))
             pk = tuple(r[0] for r in cur.fetchall())
