@@ -1,4 +1,4 @@
-"""Crash points for the crash tests.
+"""Crash points for the crash tests, and deliberate faults for the mutation test.
 
 ``TXJOIN_FAULT=<point>[@<n>]`` kills the process with SIGKILL the ``n``-th
 time (default: the first) it passes ``point``, exactly as a power cut or
@@ -19,6 +19,11 @@ Points:
   transaction, inside the batch's uncommitted transaction.
 - ``full-files-written``: Spark wrote an output's full recompute into its
   table's directory; the Delta commit naming those files is not made yet.
+
+Deliberate faults (``TXJOIN_MUTATION=<name>[,<name>...]``): each breaks one
+guarantee the way a real bug would, so the mutation test can require that
+``txjoin check`` catches it (tests/property/test_check_mutations.py). Never
+set in production; unset, :func:`mutated` costs one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -26,7 +31,26 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["crash_point"]
+__all__ = ["MUTATIONS", "crash_point", "mutated"]
+
+#: name -> what it breaks.
+MUTATIONS = {
+    "no-before-images": "updates and deletes do not recompute the partition of the row's old values",
+    "early-release": "a transaction is released without its last event (which is lost)",
+    "binary-collation": "text ordering under the source's collation is accepted and done in byte order",
+    "enum-alphabetical": "enum values order by their labels' text, not the enum's declared order",
+    "numeric-scale": "numeric values lose their last decimal digit on the way to Spark",
+    "jsonb-as-text": "json/jsonb values are embedded in built JSON as quoted strings",
+    "partition-leaves": "a partitioned table's changes arrive under its leaves' names and are dropped",
+    "double-commit": "a batch's output commit is applied again without the idempotence check (rows doubled)",
+}
+
+
+def mutated(name: str) -> bool:
+    """Whether ``TXJOIN_MUTATION`` names the deliberate fault ``name`` (tests only)."""
+    value = os.environ.get("TXJOIN_MUTATION")
+    return value is not None and name in value.split(",")
+
 
 _passes: dict[str, int] = {}
 

@@ -46,6 +46,7 @@ from txjoin.errors import (
     ProtocolError,
     TransactionTooLarge,
 )
+from txjoin.faults import mutated
 
 __all__ = [
     "COMMIT_STAGED",
@@ -454,6 +455,10 @@ def assemble(
         parts: list[pd.DataFrame] = []
         if not out.empty:
             out = out.merge(rel, on="xid", how="inner", sort=False)
+            if mutated("early-release"):
+                last = out.groupby("xid")["total_order"].transform("max")
+                multi = out.groupby("xid")["xid"].transform("size") > 1
+                out = out.loc[~(multi & (out["total_order"] == last))]
             parts.append(
                 _released(state, out, out["total_order"], out["lsn"], out["op"], out["table"], out["value"])
             )

@@ -32,7 +32,7 @@ from txjoin.assemble.buffer import COMMIT_STAGED, LOAD
 from txjoin.changelog.snapshots import read_manifest
 from txjoin.cut import Cut
 from txjoin.errors import ChangelogError, TxJoinError
-from txjoin.faults import crash_point
+from txjoin.faults import crash_point, mutated
 from txjoin.join.changes import parse_released, touched_of
 from txjoin.join.engine import SparkEngine, spark_column
 from txjoin.join.full import recompute_files
@@ -202,7 +202,7 @@ class JoinStage:
             touched = touched_of(batches, store.tables)
             old: dict[str, Partitions | None] = {}
             for name, plan in self.plans.items():
-                if self.spec.options.propagate_before_images:
+                if self.spec.options.propagate_before_images and not mutated("no-before-images"):
                     old[name] = affected_partitions(plan, store, touched, old_state=True)
                 else:
                     old[name] = None if plan.mode == "group" and not plan.anchor else pa.table({})

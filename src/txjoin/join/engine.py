@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from txjoin.debezium.arrow import from_values, value_type
 from txjoin.debezium.values import arrow_type, from_debezium
 from txjoin.errors import ProtocolError, SchemaChangeError, UnsupportedQuery
+from txjoin.faults import mutated
 from txjoin.join import pgnumeric
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan
 from txjoin.pg.catalog import Table
@@ -93,6 +94,8 @@ def _decimal(value: Any, t: pa.Decimal128Type, table: QualifiedName, column: str
 
 def _decimals(arr: pa.Array, t: pa.Decimal128Type, table: QualifiedName, column: str) -> pa.Array:
     """Decimal text as ``t``, exactly; the per-value path names a value that does not fit."""
+    if mutated("numeric-scale") and pa.types.is_string(arr.type):
+        arr = pc.replace_substring_regex(arr, pattern=r"(\.[0-9]*)[0-9]$", replacement=r"\10")
     try:
         return arr.cast(t)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

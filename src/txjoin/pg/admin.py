@@ -20,6 +20,7 @@ import psycopg2
 import psycopg2.extensions
 
 from txjoin.errors import ConfigError, SlotInUse, SourceError
+from txjoin.faults import mutated
 from txjoin.pg.catalog import Table, describe
 from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import (
@@ -169,9 +170,10 @@ def ensure_publication(conn: Any, name: str, tables: Sequence[QualifiedName], wh
             # Via the partition root: changes of a partitioned table arrive under its own
             # name, as its snapshot does, not under its leaves' names.
             table_list = ", ".join(t.quoted for t in tables)
+            via_root = "false" if mutated("partition-leaves") else "true"
             cur.execute(
                 f"CREATE PUBLICATION {quote_ident(name)} FOR TABLE {table_list} "
-                "WITH (publish_via_partition_root = true)"
+                f"WITH (publish_via_partition_root = {via_root})"
             )
             conn.commit()
             log.info("created publication %s on %s for %d tables", name, where, len(tables))

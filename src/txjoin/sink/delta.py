@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from txjoin.cut import Cut, cuts_from_json, cuts_to_json
 from txjoin.errors import SinkError
+from txjoin.faults import mutated
 
 __all__ = ["DeltaRsStore", "DeltaStore", "OutputVersion", "sql_literal"]
 
@@ -321,6 +322,8 @@ class DeltaRsStore:
                 str(path), rows, mode="overwrite", predicate=predicate,
                 target_file_size=self.file_bytes, commit_properties=props,
             )  # fmt: skip
+            if mutated("double-commit") and rows.num_rows:
+                write_deltalake(str(path), rows, mode="append", commit_properties=props)
             version = int(DeltaTable(str(path)).version())
             self._maybe_compact(path, cut, batch)
             return version

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from txjoin.faults import mutated
 from txjoin.join.plan.allowlist import (
     ANONYMOUS,
     NODES,
@@ -311,7 +312,7 @@ def _check_order(node: exp.Expression, a: Analysis, where: exp.Expression) -> No
     if t is None or type_class(t) not in ("text", UNKNOWN):
         return
     coll = _collation(node, a)
-    if coll != "C":
+    if coll != "C" and not mutated("binary-collation"):
         raise refuse(
             a.output,
             f"ordering text under the collation {coll!r} (min, max, <, >, BETWEEN or ORDER BY over "

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
+from txjoin.faults import mutated
 from txjoin.join.plan.typerules import base_type, numeric_ps
 
 __all__ = ["agg_array", "build_object", "escape", "json_value_type", "value_text"]
@@ -82,7 +83,7 @@ def value_text(x: exp.Expression, t: str) -> exp.Expression:
     """Spark expression: the JSON text of ``x`` (PostgreSQL type ``t``); 'null' for NULL."""
     b = base_type(t)
     if b in ("json", "jsonb"):
-        text = x
+        text = _escaped(x) if mutated("jsonb-as-text") else x
     elif b == "bool":
         # Not IF(x, ...): a NULL condition would give 'false'.
         text = exp.Case(

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from txjoin.faults import mutated
 from txjoin.join.plan import jsontext
 from txjoin.join.plan.allowlist import pg_type
 from txjoin.join.plan.gate import case_mapping, enum_labels, quotient_scale
@@ -382,7 +383,8 @@ def translate(
     quotients = _find_quotients(tree, a)
     json_nodes = _find_json(tree, a)
     _case_rewrites(tree, a)
-    _enum_rewrites(tree, a)
+    if not mutated("enum-alphabetical"):
+        _enum_rewrites(tree, a)
     _typed_rewrites(tree, a)
     _rewrite_quotients(quotients)
     _rewrite_json(json_nodes)
