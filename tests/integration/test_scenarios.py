@@ -3,6 +3,7 @@ and `txjoin check` catching a broken join maintenance (acceptance 3)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -112,7 +113,7 @@ GROUP BY c.id, c.name
     assert "VIOLATION" in out
     assert "per_client version" in out
     assert "only in PostgreSQL" in out or "only in Delta" in out
-    failing = int(out.split("\n")[1].split()[0])  # "N examples, ..."
+    failing = int(re.search(r"^(\d+) examples: ", out, re.M).group(1))  # type: ignore[union-attr]
     # The same examples, up to the failing one, pass with the maintenance intact.
     assert main([*args, "--examples", str(failing)]) == 0
     out = capsys.readouterr().out

@@ -12,8 +12,10 @@ checks take about ten minutes.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +108,9 @@ def test_every_deliberate_fault_is_caught(pg_server: Any, tmp_path: Path) -> Non
         "shop": '["public.customers", "public.products", "public.carts", "public.cart_items"]',
         "typed": '["public.shops", "public.sales"]',
     }
-    home = tmp_path / "home"
+    # The embedded PostgreSQL runs unprivileged when tests run as root: a searchable path.
+    home = Path(tempfile.mkdtemp(prefix="txjoin-mutations-"))
+    home.chmod(0o755)
     caught: dict[str, str] = {}
     try:
         for fault, (schema, output) in TARGETS.items():
@@ -131,6 +135,7 @@ def test_every_deliberate_fault_is_caught(pg_server: Any, tmp_path: Path) -> Non
         )  # fmt: skip
         for name in dsns:
             admin.drop_database(pg_server.dsn(), f"mutations_{name}")
+        shutil.rmtree(home, ignore_errors=True)
     score = sum(v.startswith("caught") for v in caught.values())
     print(f"mutation score: {score}/{len(TARGETS)} = {100 * score / len(TARGETS):.0f}%")
     assert score == len(TARGETS), caught

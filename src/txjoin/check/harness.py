@@ -200,20 +200,32 @@ def _ends(changelog: Path, source: str) -> list[int]:
     return [e.xid for e in read_transactions(ChangelogReader(changelog), source)]
 
 
-def _wait_for(changelog: Path, xids: list[tuple[str, int]], captures: CaptureThreads, timeout: float) -> None:
+def _wait_for(
+    changelog: Path, xids: list[tuple[str, int]], captures: CaptureThreads, timeout: float
+) -> list[tuple[str, int]]:
+    """Wait until capture wrote ``xids``; those still missing after ``timeout`` (capture alive)."""
     want: dict[str, set[int]] = {}
     for s, x in xids:
         want.setdefault(s, set()).add(x)
     deadline = time.monotonic() + timeout
     while True:
         captures.check()
-        if all(w <= set(_ends(changelog, s)) for s, w in want.items()):
-            return
-        if time.monotonic() > deadline:
-            raise TxJoinError(
-                f"capture did not write {len(xids)} committed transactions within {timeout:.0f} s"
-            )
+        have = {s: set(_ends(changelog, s)) for s in want}
+        missing = [(s, x) for s, w in want.items() for x in sorted(w - have[s])]
+        if not missing or time.monotonic() > deadline:
+            return missing
         time.sleep(0.05)
+
+
+def _lost(missing: list[tuple[str, int]], timeout: float) -> Violation:
+    xids = ", ".join(f"{s} xid {x}" for s, x in missing[:5])
+    return Violation(
+        "(capture)",
+        -1,
+        {},
+        f"{len(missing)} committed transactions that changed captured tables never reached the "
+        f"changelog within {timeout:.0f} s while capture ran ({xids}): their changes were lost",
+    )
 
 
 def run_check(
@@ -222,6 +234,7 @@ def run_check(
     workload: Workload,
     *,
     timeout: float = 120,
+    lost_after: float = 30,
     capture_overrides: Mapping[str, Any] | None = None,
 ) -> CheckResult:
     """One run of ``workload`` through capture, the pipeline and Delta, checked at every version."""
@@ -240,9 +253,14 @@ def run_check(
             pipeline.run_available()
         p = pipeline
 
+        lost: list[tuple[str, int]] = []
+
         def trigger(commits: int, committed: list[tuple[str, int]]) -> None:
             if commits in workload.triggers:
-                _wait_for(spec.changelog, committed, captures, timeout)
+                # Once a transaction is lost the example has failed: no more long waits.
+                wait = 0.5 if lost else lost_after
+                pending = [c for c in committed if c not in lost]
+                lost.extend(_wait_for(spec.changelog, pending, captures, wait))
                 p.run_available()
 
         committed, result.outcomes = run_workload(
@@ -250,9 +268,13 @@ def run_check(
         )
         result.rolled_back = result.outcomes.rolled_back
         result.committed = len(committed)
-        _wait_for(spec.changelog, committed, captures, timeout)
+        wait = 0.5 if lost else lost_after
+        lost.extend(_wait_for(spec.changelog, [c for c in committed if c not in lost], captures, wait))
+        if lost:
+            result.violations.append(_lost(lost, lost_after))
         pipeline.run_available()
-        result.versions, result.violations = check_versions(pipeline.plans, spec, oracle)
+        result.versions, found = check_versions(pipeline.plans, spec, oracle)
+        result.violations += found
         delta = DeltaRsStore()
         for name, plan in pipeline.plans.items():
             path = spec.outputs[name].path
