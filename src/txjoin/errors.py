@@ -156,3 +156,7 @@ class SparkDied(TxJoinError):
 
 class OutOfMemory(TxJoinError):
     """txjoin's own process ran out of memory (the replica store, or Python)."""
+
+
+class PipelineStalled(TxJoinError):
+    """The streaming query stopped, or made no progress while changes waited."""

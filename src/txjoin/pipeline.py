@@ -82,6 +82,8 @@ class Pipeline:
         self.history: list[BatchStats] = []
         #: Per source, the cut every output reflects once its batch is published.
         self.progress: dict[str, Cut] = {}
+        #: When the query started or last finished a micro-batch (the watchdog's clock).
+        self.last_progress = time.monotonic()
         # Before any batch: every output's SQL runs on Spark, and its Delta
         # table belongs with this replica store.
         self.join.check_plans()
@@ -121,6 +123,7 @@ class Pipeline:
         else:
             writer = writer.trigger(processingTime=opts.trigger_interval)
         self.query = writer.queryName(f"txjoin_{self.spec.name}").start()
+        self.last_progress = time.monotonic()
         return self.query
 
     def run_available(self, checkpoint: Path | None = None) -> None:
@@ -171,6 +174,33 @@ class Pipeline:
             raise
         if error is not None:
             raise _unwrap(error, self.failure)
+        self._watchdog()
+
+    def _watchdog(self) -> None:
+        """Raise if the query stopped on its own, or made no progress for ``stall_timeout``
+        while a micro-batch ran or changelog data waited: never stay alive and idle."""
+        query = self.query
+        if query is None:
+            return
+        batch = f"batch {self.history[-1].batch}" if self.history else "its first batch"
+        if not query.isActive:
+            raise errors.PipelineStalled(
+                f"the streaming query of pipeline {self.spec.name!r} stopped without an error at "
+                f"{batch}; nothing is lost: start txjoin run again"
+            )
+        idle = time.monotonic() - self.last_progress
+        limit = self.spec.options.stall_timeout
+        if idle <= limit:
+            return
+        status = query.status
+        if status.get("isTriggerActive") or status.get("isDataAvailable"):
+            doing = "a micro-batch running" if status.get("isTriggerActive") else "changelog data waiting"
+            raise errors.PipelineStalled(
+                f"no progress for {idle:.0f} s at {batch} of pipeline {self.spec.name!r} with "
+                f"{doing} (Spark: {status.get('message', '?')}); stopping. Raise [options] stall_timeout "
+                f"(now {limit:.0f} s) if batches this long are expected, then start txjoin run again",
+                setting="stall_timeout",
+            )
 
     def _check_jvm(self) -> None:
         code = jvm_exit_code(self.spark)
@@ -188,6 +218,7 @@ class Pipeline:
             applied = self.join.apply(rows, batch_id, stats, table_exists=self.sink.table_exists)
             self.sink.publish(batch_id, applied, self.join, stats)
             self.progress = dict(applied.cuts)
+            self.last_progress = time.monotonic()
             stats.seconds = time.monotonic() - started
             self.history.append(stats)
             if self.on_batch is not None:

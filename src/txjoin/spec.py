@@ -123,6 +123,9 @@ class Options:
     #: Recomputing every partition of an output over at least this many replica rows runs as one
     #: Spark job over Parquet exports (writing the output's files in parallel), not through the driver.
     distributed_rows: int = 100_000
+    #: Seconds the streaming query may go without finishing a micro-batch while one runs or
+    #: changelog data waits; then ``txjoin run`` stops with "no progress" (the watchdog).
+    stall_timeout: float = 1800.0
 
 
 def machine_memory() -> int:
