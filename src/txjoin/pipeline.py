@@ -177,20 +177,18 @@ class Pipeline:
         self._watchdog()
 
     def _watchdog(self) -> None:
-        """Raise if the query stopped on its own, or made no progress for ``stall_timeout``
-        while a micro-batch ran or changelog data waited: never stay alive and idle."""
+        """Never stay alive and idle: raise if the query stopped on its own, or made no
+        progress for ``stall_timeout`` while a micro-batch ran or changelog data waited."""
         query = self.query
-        if query is None:
-            return
         batch = f"batch {self.history[-1].batch}" if self.history else "its first batch"
-        if not query.isActive:
+        if query is not None and not query.isActive:
             raise errors.PipelineStalled(
                 f"the streaming query of pipeline {self.spec.name!r} stopped without an error at "
                 f"{batch}; nothing is lost: start txjoin run again"
             )
         idle = time.monotonic() - self.last_progress
         limit = self.spec.options.stall_timeout
-        if idle <= limit:
+        if query is None or idle <= limit:
             return
         status = query.status
         if status.get("isTriggerActive") or status.get("isDataAvailable"):
