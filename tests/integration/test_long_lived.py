@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.capture import commit, execute, running_capture, wait_for_xids
+from tests.support.capture import commit, execute, query, running_capture, wait_for_xids
 from txjoin.errors import PipelineStalled
 from txjoin.join.batch import BatchStats
 from txjoin.pipeline import Pipeline
@@ -107,3 +107,68 @@ def test_watchdog_stops_when_the_query_stops_on_its_own(spark: Any, pg_db: str, 
             assert "stopped without an error" in str(error)
         finally:
             pipeline.close()
+
+
+def test_a_replayed_batch_follows_the_spec_it_restarts_with(spark: Any, pg_db: str, tmp_path: Path) -> None:
+    """A batch killed after its replica commit is replayed under a changed spec: the
+    removed output is left as it is (no KeyError), the output whose SQL changed is
+    rebuilt in full at the batch's cut with the new SQL (not the old batch's partitions)."""
+    from tests.integration.test_pipeline_crash import (
+        OUTPUTS as CRASH_OUTPUTS,
+    )
+    from tests.integration.test_pipeline_crash import (
+        SCHEMA,
+        _batches,
+        _last_batch,
+        _run_child,
+        _spec_file,
+        _transactions,
+    )
+    from tests.support.oracle import Oracle
+    from txjoin.changelog import ChangelogReader
+    from txjoin.spec import load_spec
+    from txjoin.verify.compare import compare_rows
+    from txjoin.verify.replay import read_transactions
+
+    execute(pg_db, SCHEMA)
+    spec_path = _spec_file(tmp_path, pg_db)
+    spec = load_spec(spec_path)
+    oracle = Oracle(pg_db, {name: sql for name, (_, sql) in CRASH_OUTPUTS.items()})
+    paths = {name: spec.outputs[name].path for name in CRASH_OUTPUTS}
+    with running_capture(spec.sources["bank"].capture_config(spec.changelog, roll_interval=0.02)) as ct:
+        oracle.record(read_transactions(ChangelogReader(spec.changelog), "bank")[0].xid)
+        wait_for_xids(spec.changelog, "bank", set(_transactions(pg_db, oracle, 4, seed=1)), ct)
+        pipeline = Pipeline(spec, spark)
+        try:
+            pipeline.run_available()
+        finally:
+            pipeline.close()
+        first = _batches(paths["balances"])
+        wait_for_xids(spec.changelog, "bank", set(_transactions(pg_db, oracle, 5, seed=2)), ct)
+        child = _run_child(spec_path, "after-replica-commit")
+        assert child.returncode == -9, child.stderr[-2000:]
+        killed = _last_batch(spec)
+
+        # The spec changes while the batch is pending: 'balances' removed, 'total' gains a column.
+        new_sql = "SELECT 1 AS one, sum(balance) AS total, count(*) AS n, max(balance) AS top FROM accounts"
+        text = spec_path.read_text()
+        head, _, _ = text.partition("[outputs.balances]")
+        spec_path.write_text(head + f'[outputs.total]\nkey = ["one"]\nsql = """{new_sql}"""\n')
+        changed = load_spec(spec_path)
+        pipeline = Pipeline(changed, spark)
+        try:
+            pipeline.run_available()  # replays the killed batch
+            plan = pipeline.plans["total"]
+        finally:
+            pipeline.close()
+    assert _batches(paths["balances"]) == first, "a removed output's table is left as it is"
+    # The replayed batch's version is the new SQL's, whole (a later batch may rebuild once more).
+    history = DeltaRsStore().history(paths["total"])
+    assert [c.batch for c in history][: len(first) + 1] == [*first, killed]
+    replayed = next(c.version for c in history if c.batch == killed)
+    assert set(DeltaRsStore().read(paths["total"], replayed).column_names) == {"one", "total", "n", "top"}
+    got = DeltaRsStore().read(paths["total"]).to_pylist()
+    expected = query(pg_db, new_sql)  # nothing committed since the killed batch: its cut is now
+    assert not (diff := compare_rows(got, expected, plan.columns)), diff.describe()
+    assert set(got[0]) == {"one", "total", "n", "top"}
+    oracle.close()

@@ -164,7 +164,7 @@ class JoinStage:
                     "Delete both (and the output tables) to rebuild from the changelog",
                 )
             stats.replayed = True
-            applied = Applied(store.pending(batch_id), store.cuts())
+            applied = Applied(self._replanned(store.pending(batch_id), table_exists), store.cuts())
         else:
             if store.last_batch != batch_id - 1:
                 raise ChangelogError(
@@ -183,6 +183,26 @@ class JoinStage:
         for source, cut in applied.cuts.items():
             stats.last_commit_ts_ms[source] = cut.commit_ts_ms or 0
         return applied
+
+    def _replanned(
+        self, pending: dict[str, Partitions | None], table_exists: Callable[[str], bool]
+    ) -> dict[str, Partitions | None]:
+        """A replayed batch's outputs under the spec as it is now: an output removed from
+        the spec is left as it is; one whose SQL or key changed since the batch was
+        applied, or whose table is missing, is recomputed in full at the batch's cut
+        (never the old batch's partitions under the new SQL: one version, one SQL)."""
+        initialized = self.store.meta("initialized", {})
+        out: dict[str, Partitions | None] = {}
+        for name, parts in pending.items():
+            if name not in self.plans:
+                log.info("output %s is no longer in the spec: its table is left as it is", name)
+                continue
+            out[name] = parts
+        known = initialized if isinstance(initialized, dict) else {}
+        for name in self.plans:
+            if name in known and (known[name] != self.fingerprint(name) or not table_exists(name)):
+                out[name] = None
+        return out
 
     def _apply(
         self,
