@@ -126,6 +126,10 @@ class ChangelogError(TxJoinError):
     """The changelog directory is damaged or was written by something else."""
 
 
+class ValueNotRepresentable(ProtocolError):
+    """A source value the join stage cannot read exactly (the output holds until it changes)."""
+
+
 class AssemblyError(TxJoinError):
     """Transaction assembly cannot make progress safely."""
 

@@ -16,6 +16,7 @@ from txjoin.join.batch import BatchStats
 from txjoin.pipeline import Pipeline
 from txjoin.sink.delta import DeltaRsStore
 from txjoin.spec import build_spec
+from txjoin.verify.compare import compare_rows
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
@@ -172,3 +173,58 @@ def test_a_replayed_batch_follows_the_spec_it_restarts_with(spark: Any, pg_db: s
     assert not (diff := compare_rows(got, expected, plan.columns)), diff.describe()
     assert set(got[0]) == {"one", "total", "n", "top"}
     oracle.close()
+
+
+def test_a_value_the_join_stage_cannot_read_holds_its_outputs_until_fixed(
+    spark: Any, pg_db: str, tmp_path: Path
+) -> None:
+    """1::numeric/3 (20 decimals) in an unconstrained numeric column: the output reading it
+    holds at its last version (no version PostgreSQL would not give), other outputs go on,
+    a restart does not wedge, and the output catches up once the source fixes the value."""
+    execute(
+        pg_db,
+        "CREATE TABLE vals (id int PRIMARY KEY, v numeric); CREATE TABLE other (id int PRIMARY KEY, w int);"
+        "INSERT INTO vals VALUES (1, 1.5), (2, 2)",
+    )
+    outputs = {
+        "vals": {"key": ["id"], "sql": "SELECT x.id, x.v FROM vals x"},
+        "other": {"key": ["id"], "sql": "SELECT o.id, o.w FROM other o"},
+    }
+    raw = {
+        "name": "held",
+        "state_dir": str(tmp_path / "state"),
+        "sources": {"s": {"dsn": pg_db, "tables": ["public.vals", "public.other"]}},
+        "outputs": outputs,
+    }
+    spec = build_spec(raw, tmp_path, "held spec")
+    delta = DeltaRsStore()
+    config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
+
+    def run() -> list[BatchStats]:
+        pipeline = Pipeline(spec, spark)
+        try:
+            pipeline.run_available()
+            return pipeline.history
+        finally:
+            pipeline.close()
+
+    with running_capture(config) as ct:
+        run()
+        before = len(delta.history(spec.outputs["vals"].path))
+        bad = commit(pg_db, "UPDATE vals SET v = 1::numeric / 3 WHERE id = 1")
+        w = commit(pg_db, "INSERT INTO other VALUES (1, 10)")
+        wait_for_xids(spec.changelog, "s", {bad, w}, ct)
+        history = run()  # no exception: the output holds
+        assert any("vals" in b.held for b in history)
+        assert len(delta.history(spec.outputs["vals"].path)) == before
+        assert delta.read(spec.outputs["other"].path).to_pylist() == [{"id": 1, "w": 10}]
+        run()  # a restart does not wedge
+        fixed = commit(pg_db, "UPDATE vals SET v = 0.5 WHERE id = 1")
+        wait_for_xids(spec.changelog, "s", {fixed}, ct)
+        run()
+    versions = delta.history(spec.outputs["vals"].path)
+    assert len(versions) > before
+    assert versions[-1].cut["s"].xid >= fixed
+    assert all(v.cut["s"].xid != bad for v in versions), "no version at the unreadable value's cut"
+    got = delta.read(spec.outputs["vals"].path).to_pylist()
+    assert not (diff := compare_rows(got, query(pg_db, outputs["vals"]["sql"]), ("id", "v"))), diff.describe()

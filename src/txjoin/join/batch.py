@@ -61,6 +61,7 @@ class BatchStats:
     commits: dict[str, int] = field(default_factory=dict)  # output -> Delta version
     partitions: dict[str, int] = field(default_factory=dict)  # output -> partitions recomputed (-1: all)
     replayed: bool = False
+    held: list[str] = field(default_factory=list)  # outputs holding on a value they cannot read
     seconds: float = 0.0
     last_commit_ts_ms: dict[str, int] = field(default_factory=dict)  # source -> newest commit time seen
     #: Seconds per stage: 'apply' (replicas + propagation), 'fetch' (closure rows),
@@ -129,6 +130,13 @@ class JoinStage:
         """Run every output's SQL over no rows: fails before any replica commit."""
         for plan in self.plans.values():
             self.engine.empty_result(plan)
+
+    def hold(self, output: str, held: bool) -> None:
+        """Mark ``output`` as holding at its last version, or not: a held output is recomputed
+        in full by every batch (and never advanced idly) until it publishes again."""
+        now = set(self.store.meta("held", []))
+        if (output in now) != held:
+            self.store.set_meta("held", sorted(now | {output} if held else now - {output}))
 
     def fingerprint(self, output: str) -> str:
         """Changes when the output's SQL or key does (the output is then rebuilt)."""
@@ -199,8 +207,11 @@ class JoinStage:
                 continue
             out[name] = parts
         known = initialized if isinstance(initialized, dict) else {}
+        held = set(self.store.meta("held", []))
         for name in self.plans:
-            if name in known and (known[name] != self.fingerprint(name) or not table_exists(name)):
+            if name in held or (
+                name in known and (known[name] != self.fingerprint(name) or not table_exists(name))
+            ):
                 out[name] = None
         return out
 
@@ -259,6 +270,9 @@ class JoinStage:
                 elif o.num_rows or new.num_rows:
                     both = [p for p in (o, new) if p.num_rows]
                     affected[name] = distinct(pa.concat_tables(both))
+            for name in self.store.meta("held", []):
+                if name in self.plans and all(src in cuts for src in self.planned.sources_of(name)):
+                    affected[name] = None  # still holding: try again, in full, at this cut
             store.set_meta("initialized", initialized)
         except BaseException:
             store.rollback()

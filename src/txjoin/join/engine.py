@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from txjoin.debezium.arrow import from_values, value_type
 from txjoin.debezium.values import arrow_type, from_debezium
-from txjoin.errors import ProtocolError, SchemaChangeError, UnsupportedQuery
+from txjoin.errors import SchemaChangeError, UnsupportedQuery, ValueNotRepresentable
 from txjoin.faults import mutated
 from txjoin.join import pgnumeric
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan
@@ -57,13 +57,13 @@ def spark_arrow_type(col: ColumnType) -> pa.DataType:
 def _decimal(value: Any, t: pa.Decimal128Type, table: QualifiedName, column: str) -> Decimal:
     """A Debezium numeric (decimal text) as a Decimal that ``t`` holds exactly."""
 
-    def refuse(why: str) -> ProtocolError:
-        return ProtocolError(
+    def refuse(why: str) -> ValueNotRepresentable:
+        return ValueNotRepresentable(
             f"column {column!r} of {table}: numeric value {str(value)[:80]!r} {why}, so the join stage "
-            f"cannot read it exactly as DECIMAL({t.precision},{t.scale}). The outputs stay at their last "
-            "good version; "
+            f"cannot read it exactly as DECIMAL({t.precision},{t.scale}). The outputs reading it hold at "
+            "their last version and catch up once the value changes at the source; to keep such values, "
             "declare the column numeric(p,s) with p <= 38 and the scale its values need (numeric without "
-            f"a declared scale is read with scale {NUMERIC_SCALE}), or change the value",
+            f"a declared scale is read with scale {NUMERIC_SCALE})",
             table=str(table),
             column=column,
             value=str(value)[:200],

@@ -11,6 +11,7 @@ quiet source converges.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,13 +19,15 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from txjoin.cut import Cut, same_position
-from txjoin.errors import ChangelogError
+from txjoin.errors import ChangelogError, ValueNotRepresentable
 from txjoin.faults import crash_point
 from txjoin.join.batch import Applied, BatchStats, Recomputed
 from txjoin.join.planned import Planned
 from txjoin.join.replica import Partitions
 from txjoin.sink.delta import DeltaStore
 from txjoin.spec import PipelineSpec
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Publisher", "Recomputer"]
 
@@ -42,6 +45,11 @@ class Recomputer(Protocol):
 
     def recompute_files(self, output: str, target: Path, stats: BatchStats) -> tuple[list[Path], pa.Schema]:
         """Every partition of ``output``, written by Spark as Parquet files in ``target``."""
+        ...
+
+    def hold(self, output: str, held: bool) -> None:
+        """Mark ``output`` as holding at its last version (recomputed in full each batch until it
+        publishes), or no longer holding."""
         ...
 
 
@@ -92,41 +100,61 @@ class Publisher:
         for name, parts in applied.affected.items():
             if self._committed(name, batch_id):
                 continue  # this batch's commit is already there (a replay)
-            plan = self.planned.plans[name]
-            path = self.spec.outputs[name].path
             cut = self._cut(name, applied.cuts)
-            if parts is None and join.distributed(name):
-                files, schema = join.recompute_files(name, path / f"txjoin-{batch_id:010d}", stats)
-                crash_point("full-files-written")
-                t0 = time.monotonic()
-                version = self.delta.commit_files(
-                    path,
-                    files,
-                    schema,
-                    stats_columns=plan.partition_cols or plan.key,
-                    cut=cut,
-                    batch=batch_id,
-                    app_id=self.app_id(name),
-                )
-            else:
-                result = join.recompute(name, parts, stats)
-                t0 = time.monotonic()
-                version = self.delta.replace_partitions(
-                    path,
-                    result.rows,
-                    key=plan.key,
-                    partition_cols=plan.partition_cols,
-                    partitions=result.partitions,
-                    cut=cut,
-                    batch=batch_id,
-                    app_id=self.app_id(name),
-                )
-            stats.add_time("commit", t0)
+            try:
+                version = self._commit(name, parts, batch_id, cut, join, stats)
+            except ValueNotRepresentable as e:
+                # Every version must equal PostgreSQL at its cut: no version until the value changes.
+                log.warning("output %s holds at its last version: %s", name, e.message)
+                join.hold(name, True)
+                stats.held.append(name)
+                continue
+            join.hold(name, False)
             stats.commits[name] = version
             self._published[name] = (cut, now)
             crash_point("after-output-commit")
             stats.partitions[name] = -1 if parts is None else parts.num_rows
         self._advance_idle(batch_id, applied, stats, now)
+
+    def _commit(
+        self,
+        name: str,
+        parts: Partitions | None,
+        batch_id: int,
+        cut: dict[str, Cut],
+        join: Recomputer,
+        stats: BatchStats,
+    ) -> int:
+        plan = self.planned.plans[name]
+        path = self.spec.outputs[name].path
+        if parts is None and join.distributed(name):
+            files, schema = join.recompute_files(name, path / f"txjoin-{batch_id:010d}", stats)
+            crash_point("full-files-written")
+            t0 = time.monotonic()
+            version = self.delta.commit_files(
+                path,
+                files,
+                schema,
+                stats_columns=plan.partition_cols or plan.key,
+                cut=cut,
+                batch=batch_id,
+                app_id=self.app_id(name),
+            )
+        else:
+            result = join.recompute(name, parts, stats)
+            t0 = time.monotonic()
+            version = self.delta.replace_partitions(
+                path,
+                result.rows,
+                key=plan.key,
+                partition_cols=plan.partition_cols,
+                partitions=result.partitions,
+                cut=cut,
+                batch=batch_id,
+                app_id=self.app_id(name),
+            )
+        stats.add_time("commit", t0)
+        return version
 
     def _advance_idle(self, batch_id: int, applied: Applied, stats: BatchStats, now: float) -> None:
         """Outputs the batch did not change move to the new cut, at most every
