@@ -49,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.debug:
         for noisy in ("py4j", "pyspark"):
             logging.getLogger(noisy).setLevel(logging.ERROR)
+        # py4j logs "There was an exception while executing the Python Proxy on the Python Side"
+        # at ERROR beside the error txjoin reports itself in one line.
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
     try:
         rc: int = args.func(args)
         return rc
