@@ -88,6 +88,7 @@ class Pipeline:
         # table belongs with this replica store.
         self.join.check_plans()
         self.sink.check_tables(self.store.last_batch, self.store.path)
+        self.sink.build_stale(self.join)
 
     @property
     def store(self) -> ReplicaStore:

@@ -229,3 +229,49 @@ def test_a_value_the_join_stage_cannot_read_holds_its_outputs_until_fixed(
     got = delta.read(spec.outputs["vals"].path).to_pylist()
     expected = query(pg_db, "SELECT x.id, x.v FROM vals x")
     assert not (diff := compare_rows(got, expected, ("id", "v"))), diff.describe()
+
+
+def test_added_and_changed_outputs_are_built_at_the_current_cut_on_start(
+    spark: Any, pg_db: str, tmp_path: Path
+) -> None:
+    """A restart with an output added and another's SQL changed builds both from the
+    replicas at their current cut, each in one commit, before any new change arrives."""
+    spec = _spec(pg_db, tmp_path)
+    config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
+    with running_capture(config) as ct:
+        xids = {commit(pg_db, "INSERT INTO a VALUES (1, 5), (2, 7)", "INSERT INTO b VALUES (1, 1), (2, 1)")}
+        wait_for_xids(spec.changelog, "s", xids, ct)
+        pipeline = Pipeline(spec, spark)
+        try:
+            pipeline.run_available()
+            cut = pipeline.store.cuts()["s"]
+        finally:
+            pipeline.close()
+    delta = DeltaRsStore()
+    totals = len(delta.history(spec.outputs["total"].path))
+    total_sql = "SELECT count(*) AS n, sum(a.v) AS s, max(a.v) AS top FROM a"
+    bs_sql = "SELECT b.id, b.a_id FROM b"
+    raw = {
+        "name": "months",
+        "state_dir": str(tmp_path / "state"),
+        "sources": {"s": {"dsn": pg_db, "tables": ["public.a", "public.b"]}},
+        "outputs": {
+            "total": {"key": ["n"], "sql": total_sql},
+            "per_a": OUTPUTS["per_a"],
+            "bs": {"key": ["id"], "sql": bs_sql},
+        },
+    }
+    changed = build_spec(raw, tmp_path, "changed spec")
+    Pipeline(changed, spark).close()  # no capture, no new change: the start alone builds them
+    for name, sql in (("total", total_sql), ("bs", bs_sql)):
+        path = changed.outputs[name].path
+        last = delta.history(path)[-1]
+        assert last.cut["s"].xid == cut.xid, f"{name} is built at the replicas' cut"
+        got = delta.read(path).to_pylist()
+        cols = tuple(got[0]) if got else ()
+        assert not (diff := compare_rows(got, query(pg_db, sql), cols)), diff.describe()
+    assert len(delta.history(changed.outputs["total"].path)) == totals + 1, "one commit for the rebuild"
+    assert len(delta.history(changed.outputs["bs"].path)) == 1
+    # Built once: a second start builds nothing more.
+    Pipeline(changed, spark).close()
+    assert len(delta.history(changed.outputs["total"].path)) == totals + 1

@@ -131,6 +131,29 @@ class JoinStage:
         for plan in self.plans.values():
             self.engine.empty_result(plan)
 
+    def stale_outputs(self, table_exists: Callable[[str], bool]) -> list[str]:
+        """Outputs to build at the replicas' current cut on start: added to the spec, or whose
+        SQL or key changed since they were built (their sources' snapshots are in)."""
+        store = self.store
+        if store.last_batch < 0:
+            return []
+        cuts = store.cuts()
+        known = store.meta("initialized", {})
+        known = known if isinstance(known, dict) else {}
+        return [
+            name
+            for name in self.plans
+            if all(src in cuts for src in self.planned.sources_of(name))
+            and (known.get(name) != self.fingerprint(name) or not table_exists(name))
+        ]
+
+    def built(self, output: str) -> None:
+        """Record that ``output`` was built with the spec's current SQL and key."""
+        known = self.store.meta("initialized", {})
+        known = dict(known) if isinstance(known, dict) else {}
+        known[output] = self.fingerprint(output)
+        self.store.set_meta("initialized", known)
+
     def hold(self, output: str, held: bool) -> None:
         """Mark ``output`` as holding at its last version, or not: a held output is recomputed
         in full by every batch (and never advanced idly) until it publishes again."""

@@ -21,7 +21,7 @@ import pyarrow as pa
 from txjoin.cut import Cut, same_position
 from txjoin.errors import ChangelogError, ValueNotRepresentable
 from txjoin.faults import crash_point
-from txjoin.join.batch import Applied, BatchStats, Recomputed
+from txjoin.join.batch import Applied, BatchStats, JoinStage, Recomputed
 from txjoin.join.planned import Planned
 from txjoin.join.replica import Partitions
 from txjoin.sink.delta import DeltaStore
@@ -116,6 +116,20 @@ class Publisher:
             stats.partitions[name] = -1 if parts is None else parts.num_rows
         self._advance_idle(batch_id, applied, stats, now)
 
+    def build_stale(self, join: JoinStage) -> None:
+        """On start: outputs added to the spec, or whose SQL or key changed, are built from the
+        replicas at their current cut (under the batch id they last applied), each in one
+        commit, rather than when the next change arrives."""
+        batch_id, cuts = join.store.last_batch, join.store.cuts()
+        for name in join.stale_outputs(self.table_exists):
+            cut = self._cut(name, cuts)
+            # Files in a directory of their own: batch_id's may hold the table's current files.
+            tag = f"-spec-{join.fingerprint(name)}"
+            version = self._commit(name, None, batch_id, cut, join, BatchStats(batch_id), tag)
+            join.built(name)
+            self._published[name] = (cut, time.monotonic())
+            log.info("output %s built at the replicas' current cut: version %d", name, version)
+
     def _commit(
         self,
         name: str,
@@ -124,11 +138,12 @@ class Publisher:
         cut: dict[str, Cut],
         join: Recomputer,
         stats: BatchStats,
+        tag: str = "",
     ) -> int:
         plan = self.planned.plans[name]
         path = self.spec.outputs[name].path
         if parts is None and join.distributed(name):
-            files, schema = join.recompute_files(name, path / f"txjoin-{batch_id:010d}", stats)
+            files, schema = join.recompute_files(name, path / f"txjoin-{batch_id:010d}{tag}", stats)
             crash_point("full-files-written")
             t0 = time.monotonic()
             version = self.delta.commit_files(
