@@ -113,6 +113,22 @@ def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list
 @example(  # an update moving a row to another group, then a replay of the insert
     case=([[("insert", 1, 1, 0)], [("update", 1, 2, 5, False)]], [1], [0, 1], [False, True])
 )
+@example(  # a re-delivered insert/delete/insert before an update keeping a TOASTed value
+    case=(
+        [[("insert", 2, None, 0)], [("delete", 2)], [("insert", 2, None, 0)], [("update", 2, None, 0, True)]],
+        [1, 2, 3],
+        [0, 0, 0, 1],
+        [False, False, False, False],
+    )
+)
+@example(  # the same with the delete re-delivered too
+    case=(
+        [[("insert", 2, None, 0)], [("delete", 2)], [("insert", 2, None, 0)], [("update", 2, None, 0, True)]],
+        [1, 2, 3],
+        [0, 0, 0, 2],
+        [False, False, False, False],
+    )
+)
 @example(  # a primary-key move whose create takes the deleted row's TOASTed value
     case=([[("insert", 1, None, 0)], [("move", 1, 2), ("update", 2, 3, 1, True)]], [], [0], [False])
 )

@@ -453,6 +453,8 @@ class ReplicaStore:
                 column=nulls[0],
             )
         if TOAST in batch.column_names and any(batch.column(TOAST).to_pylist()):
+            # Changes re-delivered from earlier batches must not lend a TOASTed value.
+            batch = self._not_stale(spec, batch)
             batch = resolve_toast(spec.name, pk, batch, self._previous(spec, batch))
         cols = [n for n, _ in spec.columns]
         on = " AND ".join(f"r.{_c(c)} = w.{_q(c)}" for c in pk)
@@ -487,6 +489,26 @@ class ReplicaStore:
                 )
             finally:
                 self.db.unregister(name)
+
+    def _not_stale(self, spec: TableSpec, batch: pa.Table) -> pa.Table:
+        """``batch`` without the changes the store already holds a newer (or the same)
+        position for: re-deliveries of transactions an earlier batch applied."""
+        pk = list(spec.primary_key)
+        on = " AND ".join(f"r.{_c(c)} = w.{_q(c)}" for c in pk)
+        keyed = batch.select([*pk, "_lsn", "_ord"]).append_column("_i", pa.array(range(batch.num_rows)))
+        with self._lock:
+            name = self._registered(keyed)
+            try:
+                stale = self.db.execute(
+                    f"SELECT w._i FROM {name} w JOIN {spec.sql_name} r ON {on} "
+                    "WHERE NOT (w._lsn > r._lsn OR (w._lsn = r._lsn AND w._ord > r._ord))"
+                ).fetchall()
+            finally:
+                self.db.unregister(name)
+        if not stale:
+            return batch
+        drop = {int(i) for (i,) in stale}
+        return batch.filter(pa.array([i not in drop for i in range(batch.num_rows)]))
 
     def _previous(self, spec: TableSpec, batch: pa.Table) -> dict[tuple[Any, ...], dict[str, Any]]:
         """Stored rows (live) of the keys of ``batch``'s rows, by key (for unchanged TOASTed values)."""
