@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import pytest
 
 from tests.support.capture import execute
+from tests.support.pg import en_us_database
 from tests.support.profiles import THOROUGH, examples
 from txjoin.check.suite import check_spec
 from txjoin.pg import admin
@@ -86,21 +86,14 @@ SELECT s.code, s.name, s.opens, s.tags[1] AS first_tag, count(x.id) AS n, max(x.
 FROM shops s LEFT JOIN sales x ON x.shop = s.code
 GROUP BY s.code, s.name, s.opens, s.tags
 """
-BY_TIME_SQL = "SELECT s.opens, count(*) AS n, min(s.name COLLATE \"C\") AS first FROM shops s GROUP BY s.opens"
+BY_TIME_SQL = 'SELECT s.opens, count(*) AS n, min(s.name COLLATE "C") AS first FROM shops s GROUP BY s.opens'
 
 
 def test_check_keeps_the_sources_types_partitions_and_collation(
     spark: Any, pg_server: Any, tmp_path: Path
 ) -> None:
     name = "check_typed_icu"
-    admin.drop_database(pg_server.dsn(), name)
-    conn = psycopg2.connect(pg_server.dsn())
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name} LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0")
-        cur.execute(f"ALTER DATABASE {name} SET timezone TO 'America/New_York'")
-    conn.close()
-    dsn = pg_server.dsn(name)
+    dsn = en_us_database(pg_server, name, timezone="America/New_York")
     try:
         execute(dsn, TYPED)
         spec = build_spec(

@@ -12,6 +12,7 @@ import psycopg2
 import pytest
 
 from tests.support.capture import commit, execute, query, running_capture, wait_for_xids
+from tests.support.pg import en_us_database
 from txjoin.errors import SourceError, UnsupportedQuery
 from txjoin.join.planned import plan_outputs
 from txjoin.pg import admin
@@ -164,13 +165,7 @@ def test_numbers_enums_and_collated_text_end_to_end(spark: Any, pg_server: Any, 
     """On an en-US ICU database: numeric quotients at PostgreSQL's scale, an enum
     key, text ordered by COLLATE "C"; ordering under en-US itself is refused."""
     name = "semantics_icu"
-    admin.drop_database(pg_server.dsn(), name)
-    conn = psycopg2.connect(pg_server.dsn())
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {name} LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0")
-    conn.close()
-    dsn = pg_server.dsn(name)
+    dsn = en_us_database(pg_server, name)
     try:
         execute(dsn, ICU_SCHEMA)
         raw = {

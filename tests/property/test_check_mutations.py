@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import psycopg2
 import pytest
 
 from tests.support.capture import execute
+from tests.support.pg import en_us_database
 from tests.support.profiles import THOROUGH
 from txjoin.faults import MUTATIONS
 from txjoin.pg import admin
@@ -96,13 +96,7 @@ def test_every_deliberate_fault_is_caught(pg_server: Any, tmp_path: Path) -> Non
     for name, ddl, icu in (("shop", SHOP, False), ("typed", TYPED, True)):
         db = f"mutations_{name}"
         admin.drop_database(pg_server.dsn(), db)
-        conn = psycopg2.connect(pg_server.dsn())
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            locale = " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0" if icu else ""
-            cur.execute(f"CREATE DATABASE {db}{locale}")
-        conn.close()
-        dsns[name] = pg_server.dsn(db)
+        dsns[name] = en_us_database(pg_server, db) if icu else pg_server.create_database(db)
         execute(dsns[name], ddl)
     tables = {
         "shop": '["public.customers", "public.products", "public.carts", "public.cart_items"]',
@@ -126,7 +120,9 @@ def test_every_deliberate_fault_is_caught(pg_server: Any, tmp_path: Path) -> Non
             )  # fmt: skip
             totals = [line for line in proc.stdout.splitlines() if " examples: " in line]
             verdict = "caught" if proc.returncode == 1 and "VIOLATION" in proc.stdout else "MISSED"
-            caught[fault] = f"{verdict}: exit {proc.returncode}; {totals[-1] if totals else proc.stderr[-300:]}"
+            caught[fault] = (
+                f"{verdict}: exit {proc.returncode}; {totals[-1] if totals else proc.stderr[-300:]}"
+            )
             print(f"{fault}: {caught[fault]}", flush=True)
     finally:
         subprocess.run(

@@ -29,6 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.property.conformance_cases import CASES, CONFORMANCE_DDL
+from tests.support.pg import en_us_database
 from tests.support.profiles import examples
 from txjoin.debezium.arrow import from_values
 from txjoin.debezium.values import to_debezium
@@ -123,14 +124,8 @@ def conformance_db(pg_server: Any) -> Iterator[str]:
     from txjoin.pg import admin
 
     name = "conformance_en_us"
-    admin.drop_database(pg_server.dsn(), name)
-    conn = psycopg2.connect(pg_server.dsn())
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        # An en-US ICU database: text equality and COLLATE "C" must hold under it.
-        cur.execute(f"CREATE DATABASE {name} LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0")
-    conn.close()
-    dsn = pg_server.dsn(name)
+    # An en-US ICU database: text equality and COLLATE "C" must hold under it.
+    dsn = en_us_database(pg_server, name)
     with psycopg2.connect(dsn) as c, c.cursor() as cur:
         cur.execute(CONFORMANCE_DDL)
     yield dsn

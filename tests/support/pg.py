@@ -51,3 +51,20 @@ def pg_db(pg_server: EmbeddedPostgres, request: pytest.FixtureRequest) -> Iterat
         yield dsn
     finally:
         drop_database(pg_server, name)
+
+
+def en_us_database(server: EmbeddedPostgres, name: str, *, timezone: str = "") -> str:
+    """A fresh database ``name`` with the ICU collation en-US (and ``timezone``); its DSN."""
+    import psycopg2
+
+    admin.drop_database(server.dsn(), name)
+    conn = psycopg2.connect(server.dsn())
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {name} LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0")
+            if timezone:
+                cur.execute(f"ALTER DATABASE {name} SET timezone TO %s", (timezone,))
+    finally:
+        conn.close()
+    return server.dsn(name)
