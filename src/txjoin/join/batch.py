@@ -125,6 +125,7 @@ class JoinStage:
         #: The initial load's progress (progress displays).
         self.progress = LoadProgress()
         self._compute = duckdb.connect()  # Arrow-only work: the result guard
+        self._held: set[str] | None = None  # the store's "held" list, read once
 
     def check_plans(self) -> None:
         """Run every output's SQL over no rows: fails before any replica commit."""
@@ -157,9 +158,11 @@ class JoinStage:
     def hold(self, output: str, held: bool) -> None:
         """Mark ``output`` as holding at its last version, or not: a held output is recomputed
         in full by every batch (and never advanced idly) until it publishes again."""
-        now = set(self.store.meta("held", []))
-        if (output in now) != held:
-            self.store.set_meta("held", sorted(now | {output} if held else now - {output}))
+        if self._held is None:  # every published output calls this: one store read per run
+            self._held = set(self.store.meta("held", []))
+        if (output in self._held) != held:
+            self._held = self._held | {output} if held else self._held - {output}
+            self.store.set_meta("held", sorted(self._held))
 
     def fingerprint(self, output: str) -> str:
         """Changes when the output's SQL or key does (the output is then rebuilt)."""
