@@ -34,7 +34,7 @@ from txjoin.decode import ChangelogInput, read_events
 from txjoin.errors import TxJoinError
 from txjoin.join.batch import BatchStats, JoinStage
 from txjoin.join.plan import OutputPlan
-from txjoin.join.planned import plan_outputs
+from txjoin.join.planned import plan_pipeline
 from txjoin.join.replica import ReplicaStore, out_of_memory
 from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName
@@ -67,7 +67,7 @@ class Pipeline:
         self.spec = spec
         self.spark = spark
         self.on_batch = on_batch
-        planned = plan_outputs(spec, tables)
+        planned = plan_pipeline(spec, tables)
         self.tables: dict[QualifiedName, Table] = dict(planned.tables)
         self.plans: dict[str, OutputPlan] = dict(planned.plans)
         self.join = JoinStage(spec, spark, planned)

@@ -36,12 +36,14 @@ from txjoin.capture.pgoutput import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Relation,
     Truncate,
     TypeInfo,
     Update,
     decode,
 )
+from txjoin.capture.resync import RESYNC_PREFIX
 from txjoin.capture.snapshot import Progress, take_snapshot
 from txjoin.capture.tables import CapturedTable
 from txjoin.capture.writer import ChangelogWriter
@@ -87,6 +89,7 @@ class _Tx:
         "commit_ts",
         "counts",
         "events",
+        "manifest",
         "skip",
         "spilled",
         "total",
@@ -99,6 +102,7 @@ class _Tx:
         self.commit_ts = commit_ts
         self.skip = skip
         self.events: list[tuple[str, bytes]] = []
+        self.manifest: str | None = None  # a resync's manifest (txjoin.capture.resync)
         self.counts: dict[str, int] = {}
         self.total = 0
         self.bytes = 0
@@ -315,7 +319,12 @@ class Capture:
                 slot_name=self.config.slot,
                 decode=False,
                 start_lsn=0,
-                options={"proto_version": "1", "publication_names": self.config.publication},
+                # messages: txjoin resync's marker (a transactional logical message).
+                options={
+                    "proto_version": "1",
+                    "publication_names": self.config.publication,
+                    "messages": "true",
+                },
                 status_interval=self.config.status_interval,
             )
         except psycopg2.errors.ObjectInUse as e:
@@ -404,7 +413,15 @@ class Capture:
                     self._event(tx, rel, envelope.Op.TRUNCATE, None, None, data_start)
         elif isinstance(msg, TypeInfo):
             self._types[msg.oid] = msg.name
-        # Origin and logical messages carry nothing we publish.
+        elif (
+            isinstance(msg, LogicalMessage)
+            and msg.transactional
+            and msg.prefix == RESYNC_PREFIX
+            and tx is not None
+            and not tx.skip
+        ):
+            tx.manifest = msg.content.decode()  # a resync's copy: its END names it
+        # Origin messages carry nothing we publish.
 
     def _relation(self, msg: Relation, lsn: int) -> None:
         name = QualifiedName(msg.namespace or "pg_catalog", msg.name)
@@ -507,7 +524,7 @@ class Capture:
         if tx.skip:
             self.stats.skipped_transactions += 1
             return
-        if tx.total == 0:
+        if tx.total == 0 and tx.manifest is None:
             # Only tables we do not capture changed (pgoutput skips truly
             # empty transactions itself); nothing to publish.
             return
@@ -522,7 +539,11 @@ class Capture:
         collections = [(self._collection_of(topic), n) for topic, n in tx.counts.items()]
         append(
             self.config.transaction_topic,
-            envelope.dumps(envelope.end_event(tx.xid, msg.end_lsn, tx.commit_ts, collections)),
+            envelope.dumps(
+                envelope.end_event(
+                    tx.xid, msg.end_lsn, tx.commit_ts, collections, snapshot_manifest=tx.manifest
+                )
+            ),
         )
         self._last_commit_end = msg.end_lsn
         self._unacked_end = msg.end_lsn

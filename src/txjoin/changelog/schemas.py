@@ -24,7 +24,7 @@ from txjoin.pg.catalog import Column, Table
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
-__all__ = ["SCHEMAS_DIR", "SchemaLog", "read_columns", "read_table"]
+__all__ = ["SCHEMAS_DIR", "SchemaHistory", "SchemaLog", "read_columns", "read_table"]
 
 SCHEMAS_DIR = "_schemas"
 
@@ -115,3 +115,46 @@ def read_table(root: str | os.PathLike[str], topic: str, source: str, name: Qual
         for c in cols
     )
     return Table(name, source, columns, tuple(str(c["name"]) for c in cols if c["key"]))
+
+
+#: One recorded version of a topic's columns: the LSN of the Relation message, the columns.
+Version = tuple[int, tuple[tuple[str, ColumnType], ...]]
+
+
+class SchemaHistory:
+    """Every recorded version of each topic's columns, in LSN order (files re-read when they grow)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._cache: dict[str, tuple[tuple[int, int], list[Version]]] = {}
+
+    def versions(self, topic: str) -> list[Version]:
+        path = _path(self.root, topic)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return []
+        stamp = (st.st_mtime_ns, st.st_size)
+        cached = self._cache.get(topic)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        out: list[Version] = []
+        for line in path.read_bytes().splitlines():
+            rec = json.loads(line)
+            cols = tuple(
+                (str(c["name"]), ColumnType(int(c["type_oid"]), str(c["type_name"]), int(c["typmod"])))
+                for c in rec["columns"]
+            )
+            out.append((int(rec["lsn"]), cols))
+        out.sort(key=lambda v: v[0])  # a capture restart may record an older version again
+        self._cache[topic] = (stamp, out)
+        return out
+
+    def at(self, topic: str, commit_lsn: int) -> Version | None:
+        """The columns a transaction committing at ``commit_lsn`` was written with (None: unknown)."""
+        found = None
+        for v in self.versions(topic):
+            if v[0] >= commit_lsn:
+                break
+            found = v
+        return found

@@ -26,10 +26,23 @@ from typing import Any
 
 from txjoin.errors import ChangelogError
 
-__all__ = ["SNAPSHOTS_DIR", "Manifest", "part_path", "publish", "read_manifest"]
+__all__ = [
+    "COMMITTED",
+    "RESYNC",
+    "SNAPSHOTS_DIR",
+    "Manifest",
+    "part_path",
+    "publish",
+    "read_manifest",
+    "resync_manifests",
+]
 
 SNAPSHOTS_DIR = "_snapshots"
 MANIFEST = "manifest.json"
+#: Resyncs of single tables (``txjoin resync``) go to ``_snapshots/<source>/resync/<id>/``.
+RESYNC = "resync"
+#: Written in a resync's directory once its marker transaction committed on the source.
+COMMITTED = "COMMITTED"
 
 
 def _dir(root: Path, source: str, snapshot: str) -> Path:
@@ -83,6 +96,8 @@ class Manifest:
     ts_us: int
     rows: dict[str, int]
     files: dict[str, list[Path]]
+    #: A resync's table ("schema.table") and its columns now (:func:`txjoin.join.evolve.column_to_json`).
+    resync: dict[str, Any] | None = None
 
 
 def read_manifest(root: str | os.PathLike[str], ref: str) -> Manifest:
@@ -105,4 +120,18 @@ def read_manifest(root: str | os.PathLike[str], ref: str) -> Manifest:
         ts_us=int(m["ts_us"]),
         rows={t: int(v["rows"]) for t, v in tables.items()},
         files={t: [base / f for f in v["files"]] for t, v in tables.items()},
+        resync=m.get("resync"),
     )
+
+
+def resync_manifests(root: str | os.PathLike[str], source: str) -> list[tuple[str, str, int]]:
+    """The published resyncs of ``source``: (manifest reference, "schema.table", LSN)."""
+    d = Path(root) / SNAPSHOTS_DIR / source / RESYNC
+    out = []
+    for sub in sorted(d.iterdir()) if d.is_dir() else []:
+        path = sub / MANIFEST
+        if not path.exists() or not (sub / COMMITTED).exists():
+            continue  # interrupted, or not committed on the source (yet)
+        m = json.loads(path.read_text())
+        out.append((str(path.relative_to(Path(root))), str(m["resync"]["table"]), int(m["lsn"])))
+    return out

@@ -1,4 +1,4 @@
-"""Pipeline commands: ``run``, ``verify`` and ``show``.
+"""Pipeline commands: ``run``, ``resync``, ``verify`` and ``show``.
 
 ``run`` starts capture for every source (in threads of this process) and the
 Spark pipeline, prints progress, and stops cleanly on Ctrl-C or SIGTERM: the
@@ -125,6 +125,31 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _resync(args: argparse.Namespace) -> int:
+    from txjoin.capture.resync import resync_table
+    from txjoin.pg.names import parse_table_name
+    from txjoin.spec import load_spec
+
+    spec = load_spec(args.spec)
+    table = parse_table_name(args.table)
+    owners = [s for s in spec.sources.values() if table in s.tables]
+    if not owners:
+        raise TxJoinError(
+            f"no source of pipeline {spec.name!r} captures {table}: captured tables are "
+            f"{sorted(str(t) for s in spec.sources.values() for t in s.tables)}",
+            table=str(table),
+        )
+    source = owners[0]
+    done = resync_table(source.capture_config(spec.changelog), table, lock_timeout=args.lock_timeout)
+    readers = [n for n, o in sorted(spec.outputs.items()) if str(table.table) in o.sql]
+    print(
+        f"resync of {table} (source {source.name}): {done.rows} rows copied at LSN {format_lsn(done.lsn)} "
+        f"in {done.seconds:.1f} s. `txjoin run {args.spec}` applies it: the outputs that read "
+        f"{table}{' (' + ', '.join(readers) + ')' if readers else ''} are rebuilt at one cut"
+    )
+    return 0
+
+
 def _count(n: int | None) -> str:
     return "?" if n is None else str(n)
 
@@ -174,6 +199,21 @@ def add_commands(sub: Any) -> None:
     )
     run.add_argument("--quiet", action="store_true", help="no per-batch lines")
     run.set_defaults(func=_run)
+
+    res = sub.add_parser(
+        "resync",
+        help="copy one table again (after a schema change an output reads) and rebuild its outputs",
+    )
+    res.add_argument("spec", help="pipeline spec file (TOML)")
+    res.add_argument("--table", required=True, help="the table to copy again: schema.table")
+    res.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the table's SHARE lock (writers wait while it is copied; "
+        "default: %(default)s)",
+    )
+    res.set_defaults(func=_resync)
 
     ver = sub.add_parser(
         "verify", help="compare an output version with its SQL on PostgreSQL at the version's cut"

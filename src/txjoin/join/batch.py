@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +29,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txjoin.assemble.buffer import COMMIT_STAGED, LOAD
-from txjoin.changelog.snapshots import read_manifest
+from txjoin.changelog.snapshots import Manifest, read_manifest
 from txjoin.cut import Cut
-from txjoin.errors import ChangelogError, TxJoinError
+from txjoin.errors import ChangelogError, SchemaChangeError, TxJoinError, UnsupportedQuery
 from txjoin.faults import crash_point, mutated
 from txjoin.join.changes import parse_released, touched_of
 from txjoin.join.engine import SparkEngine, spark_column
 from txjoin.join.full import recompute_files
 from txjoin.join.plan import OutputPlan
-from txjoin.join.planned import Planned
+from txjoin.join.planned import Planned, plan_outputs
 from txjoin.join.propagate import affected_partitions, closure, distinct
 from txjoin.join.replica import Partitions, ReplicaStore
+from txjoin.join.schema_watch import SchemaWatch
+from txjoin.pg.catalog import column_from_json, column_to_json
 from txjoin.pg.names import QualifiedName, parse_table_name
 from txjoin.spec import PipelineSpec, memory
 
@@ -95,6 +97,8 @@ class Applied:
     affected: Affected
     #: Per source, the cut the outputs reach once the batch is published.
     cuts: dict[str, Cut]
+    #: Outputs that stay at their last version: a resync of a table they read has not arrived.
+    waiting: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class JoinStage:
         )
         self.engine = SparkEngine(spark, planned.tables)
         self._used = planned.used_by_table()
+        self.watch = SchemaWatch(spec.changelog, sorted(spec.sources), str(spec.path or "SPEC"))
         #: The initial load's progress (progress displays).
         self.progress = LoadProgress()
         self._compute = duckdb.connect()  # Arrow-only work: the result guard
@@ -184,8 +189,6 @@ class JoinStage:
         """
         staged = rows.loc[rows["tx_seq"] < 0] if len(rows) else rows
         rows = rows.loc[rows["tx_seq"] >= 0] if len(rows) else rows
-        batches = parse_released(rows, self.store.tables, self._used)
-        stats.events = sum(b.num_rows for b in batches.values())
         stats.transactions = (
             int(rows[["source", "xid", "commit_lsn"]].drop_duplicates().shape[0]) if len(rows) else 0
         )
@@ -198,7 +201,11 @@ class JoinStage:
                     "Delete both (and the output tables) to rebuild from the changelog",
                 )
             stats.replayed = True
-            applied = Applied(self._replanned(store.pending(batch_id), table_exists), store.cuts())
+            stats.events = int(rows["op"].isin(["c", "r", "u", "d", "t"]).sum()) if len(rows) else 0
+            waiting = set(self.watch.pending(list(store.meta("resynced", []))))
+            applied = Applied(
+                self._replanned(store.pending(batch_id), table_exists), store.cuts(), self._waiting(waiting)
+            )
         else:
             if store.last_batch != batch_id - 1:
                 raise ChangelogError(
@@ -209,11 +216,11 @@ class JoinStage:
                 )
             cuts = _advance(store.cuts(), rows)
             t0 = time.monotonic()
-            affected = self._apply(batches, rows, staged, cuts, table_exists, stats)
+            affected, waiting = self._apply(rows, staged, cuts, table_exists, stats)
             stats.add_time("apply", t0)
             store.commit(batch_id, affected, cuts)
             crash_point("after-replica-commit")
-            applied = Applied(affected, cuts)
+            applied = Applied(affected, cuts, self._waiting(waiting))
         for source, cut in applied.cuts.items():
             stats.last_commit_ts_ms[source] = cut.commit_ts_ms or 0
         return applied
@@ -243,17 +250,21 @@ class JoinStage:
 
     def _apply(
         self,
-        batches: dict[QualifiedName, pa.Table],
         rows: pd.DataFrame,
         staged: pd.DataFrame,
         cuts: dict[str, Cut],
         table_exists: Callable[[str], bool],
         stats: BatchStats,
-    ) -> Affected:
+    ) -> tuple[Affected, set[QualifiedName]]:
         store = self.store
+        before = self.planned
+        loads = rows.loc[rows["op"] == LOAD] if len(rows) else rows
+        rows, waiting = self._schemas(rows, loads)
         store.begin()
         try:
-            loaded = self._load(rows.loc[rows["op"] == LOAD] if len(rows) else rows, stats)
+            loaded, resynced = self._load(loads, stats)
+            batches = parse_released(rows, store.tables, self._used)
+            stats.events += sum(b.num_rows for b in batches.values())
             store.stage(staged)
             bulk = self._apply_staged(rows.loc[rows["op"] == COMMIT_STAGED] if len(rows) else rows, stats)
             touched = touched_of(batches, store.tables)
@@ -270,9 +281,11 @@ class JoinStage:
                 initialized = {n: self.fingerprint(n) for n in initialized if n in self.plans}
             for name, plan in self.plans.items():
                 sources = self.planned.sources_of(name)
-                if not all(src in cuts for src in sources):
-                    continue  # wait until every source of the output has released its snapshot
-                if sources & loaded or plan.tables & bulk:
+                if not all(src in cuts for src in sources) or plan.tables & waiting:
+                    # Wait until every source of the output has released its snapshot, and
+                    # until a resync of one of its tables has arrived.
+                    continue
+                if sources & loaded or plan.tables & (bulk | resynced):
                     # A source's snapshot arrived, or a staged transaction changed the
                     # output's tables: every partition.
                     affected[name] = None
@@ -297,13 +310,124 @@ class JoinStage:
                     both = [p for p in (o, new) if p.num_rows]
                     affected[name] = distinct(pa.concat_tables(both))
             for name in self.store.meta("held", []):
-                if name in self.plans and all(src in cuts for src in self.planned.sources_of(name)):
+                if (
+                    name in self.plans
+                    and all(src in cuts for src in self.planned.sources_of(name))
+                    and not self.plans[name].tables & waiting
+                ):
                     affected[name] = None  # still holding: try again, in full, at this cut
             store.set_meta("initialized", initialized)
+            self._record_schemas()
         except BaseException:
             store.rollback()
+            if self.planned is not before:
+                self._set_planned(before)
             raise
-        return affected
+        return affected, waiting
+
+    def _waiting(self, tables: set[QualifiedName]) -> frozenset[str]:
+        """The outputs that read one of ``tables``."""
+        return frozenset(n for n, p in self.plans.items() if p.tables & tables)
+
+    # -- schema changes and resyncs ---------------------------------------------------
+    def _schemas(self, rows: pd.DataFrame, loads: pd.DataFrame) -> tuple[pd.DataFrame, set[QualifiedName]]:
+        """Drop the changes resyncs supersede and absorb (or refuse) schema changes; the tables
+        whose resync has not arrived yet (their outputs wait)."""
+        applied = list(self.store.meta("resynced", []))
+        pending = self.watch.pending(applied)
+        in_batch: dict[QualifiedName, int] = {}
+        for ref in loads["value"] if len(loads) else []:
+            m = read_manifest(self.spec.changelog, str(ref))
+            if m.resync is not None:
+                t = parse_table_name(str(m.resync["table"]))
+                in_batch[t] = max(in_batch.get(t, m.lsn), m.lsn)
+        bounds = {t: p.lsn for t, p in pending.items()}
+        for t, lsn in in_batch.items():
+            bounds[t] = max(bounds.get(t, lsn), lsn)
+        floors = {parse_table_name(t): int(v) for t, v in self.store.meta("floors", {}).items()}
+        for t, lsn in floors.items():
+            bounds[t] = max(bounds.get(t, lsn), lsn)
+        rows = self.watch.superseded(rows, bounds)
+        views = self.watch.check(
+            rows,
+            {t: tuple(self.planned.tables[t].columns) for t in self.store.tables},
+            {t: self.planned.tables[t].source for t in self.store.tables},
+            self._readers(),
+            {t: spec.primary_key for t, spec in self.store.tables.items()},
+        )
+        if views:
+            tables = dict(self.planned.tables)
+            for t, cols in views.items():
+                tables[t] = replace(tables[t], columns=cols)
+            self._set_planned(plan_outputs(self.spec, tables))
+        return rows, set(pending) - set(in_batch)
+
+    def _readers(self) -> dict[QualifiedName, dict[str, list[str]]]:
+        """Per table, column -> the outputs whose SQL reads it."""
+        out: dict[QualifiedName, dict[str, list[str]]] = {}
+        for name, plan in self.plans.items():
+            for alias, cols in plan.used_columns.items():
+                table = out.setdefault(plan.aliases[alias].name, {})
+                for c in cols:
+                    table.setdefault(c, []).append(name)
+        return out
+
+    def _set_planned(self, planned: Planned, replaced: QualifiedName | None = None) -> None:
+        """Plan over changed tables: the plans, the engine's types and the store's views follow."""
+        self.planned = planned
+        self.plans = planned.plans
+        self.engine = SparkEngine(self.spark, planned.tables)
+        self._used = planned.used_by_table()
+        for spec in planned.replica_tables():
+            if spec.name == replaced:
+                self.store.replace_table(spec)
+            else:
+                self.store.set_view(spec)
+
+    def _record_schemas(self) -> None:
+        """Keep the store's view of every table's columns (what later starts plan with)."""
+        known = self.store.meta("schemas", {})
+        now = {str(t): [column_to_json(c) for c in table.columns] for t, table in self.planned.tables.items()}
+        if known != now:
+            self.store.set_meta("schemas", {**known, **now})
+
+    def _resync(self, manifest: Manifest, ref: str, stats: BatchStats) -> QualifiedName:
+        """Replace a table's replica with a resync's copy (its columns as they are now), replan."""
+        assert manifest.resync is not None
+        name = parse_table_name(str(manifest.resync["table"]))
+        if name not in self.planned.tables:
+            return name  # no longer read by this spec
+        columns = tuple(column_from_json(c) for c in manifest.resync["columns"])
+        tables = dict(self.planned.tables)
+        tables[name] = replace(tables[name], columns=columns)
+        try:
+            planned = plan_outputs(self.spec, tables)
+        except UnsupportedQuery as e:
+            raise SchemaChangeError(
+                f"after the resync of {name} (its columns changed at the source), {e}. Change the output's "
+                f"SQL in {self.spec.path or 'the spec'}, then txjoin run again: the resync is applied then",
+                table=str(name),
+            ) from None
+        self._set_planned(planned, replaced=name)
+        n = 0
+        for f in manifest.files.get(str(name), []):
+            n += self.store.load_parquet(name, [f], manifest.lsn, first=n)
+            crash_point("load-file")
+        if n != manifest.rows[str(name)]:
+            raise ChangelogError(
+                f"the resync {ref} lists {manifest.rows[str(name)]} rows of {name}, but its files hold {n}: "
+                f"it is damaged. Run txjoin resync again for {name}",
+                table=str(name),
+            )
+        floors = dict(self.store.meta("floors", {}))
+        floors[str(name)] = max(int(floors.get(str(name), 0)), manifest.lsn)
+        self.store.set_meta("floors", floors)
+        self.store.set_meta("resynced", [*self.store.meta("resynced", []), ref])
+        stats.events += n
+        log.warning(
+            "%s: resynced: %d rows at LSN %s; rebuilding the outputs that read it", name, n, manifest.lsn
+        )
+        return name
 
     def _apply_staged(self, commits: pd.DataFrame, stats: BatchStats) -> set[QualifiedName]:
         """Apply each staged transaction ``commits`` names, in chunks; the tables it changed."""
@@ -342,13 +466,18 @@ class JoinStage:
             )
         return changed
 
-    def _load(self, loads: pd.DataFrame, stats: BatchStats) -> set[str]:
-        """Bulk-load the columnar snapshots named by ``loads``' rows; the sources loaded."""
+    def _load(self, loads: pd.DataFrame, stats: BatchStats) -> tuple[set[str], set[QualifiedName]]:
+        """Bulk-load the columnar snapshots named by ``loads``' rows; the sources loaded, and the
+        tables resynced."""
         done: set[str] = set()
-        manifests = [
-            (str(source), str(ref), read_manifest(self.spec.changelog, str(ref)))
-            for source, ref in zip(loads["source"], loads["value"], strict=True)
-        ]
+        resynced: set[QualifiedName] = set()
+        manifests = []
+        for source, ref in zip(loads["source"], loads["value"], strict=True):
+            m = read_manifest(self.spec.changelog, str(ref))
+            if m.resync is not None:
+                resynced.add(self._resync(m, str(ref), stats))
+            else:
+                manifests.append((str(source), str(ref), m))
         if manifests:
             self.progress = LoadProgress("apply", started=time.monotonic())
             for _, _, m in manifests:
@@ -382,7 +511,7 @@ class JoinStage:
             done.add(source)
         if manifests:
             self.progress.phase = "recompute"
-        return done
+        return done, resynced
 
     # -- recompute ----------------------------------------------------------------
     def recompute(self, output: str, parts: Partitions | None, stats: BatchStats) -> Recomputed:

@@ -9,16 +9,19 @@ and ``txjoin check`` all start here; the replica store's view of the tables
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from txjoin.errors import SchemaChangeError, UnsupportedQuery
+from txjoin.join.evolve import resync_command, view_of
 from txjoin.join.plan import OutputPlan, TableInfo, plan_output
-from txjoin.join.replica import TableSpec
-from txjoin.pg.catalog import Table, describe_source
+from txjoin.join.replica import TableSpec, read_meta
+from txjoin.pg.catalog import Table, column_from_json, describe_source
 from txjoin.pg.names import QualifiedName
 from txjoin.spec import PipelineSpec
 
-__all__ = ["Planned", "describe_sources", "plan_outputs", "table_info"]
+__all__ = ["Planned", "describe_sources", "plan_outputs", "plan_pipeline", "table_info"]
 
 
 def table_info(table: Table) -> TableInfo:
@@ -98,3 +101,41 @@ def plan_outputs(
     names = list(spec.outputs) if outputs is None else list(outputs)
     plans = {n: plan_output(n, spec.outputs[n].sql, spec.outputs[n].key, infos) for n in names}
     return Planned(dict(tables), plans)
+
+
+def plan_pipeline(spec: PipelineSpec, tables: Mapping[QualifiedName, Table] | None = None) -> Planned:
+    """Plan ``spec``'s outputs over the tables as its replica store holds them.
+
+    A table whose columns changed at the source since its replica was built
+    is planned with the replica's columns (the changelog still holds changes
+    written with them); an output that reads a column only the source has
+    is refused with the command that resyncs the table.
+    """
+    if tables is None:
+        tables = describe_sources(spec)
+    stored = read_meta(spec.replicas, "schemas") or {}
+    viewed: dict[QualifiedName, Table] = {}
+    hidden: dict[QualifiedName, list[str]] = {}
+    for name, table in tables.items():
+        cols = stored.get(str(name))
+        view, hidden[name] = view_of(table, None if cols is None else [column_from_json(c) for c in cols])
+        viewed[name] = view
+    try:
+        return plan_outputs(spec, viewed)
+    except UnsupportedQuery as e:
+        output = str(e.details.get("output", ""))
+        sql = spec.outputs[output].sql if output in spec.outputs else ""
+        for name, cols in hidden.items():
+            for col in cols:
+                if re.search(rf"(?<![\w$]){re.escape(col)}(?![\w$])", sql, re.IGNORECASE):
+                    new = tables[name].column(col).formatted or tables[name].column(col).type.label
+                    raise SchemaChangeError(
+                        f"output {output!r} reads {name}.{col} ({new}), which the pipeline's replica of "
+                        f"{name} does not hold: the column was added or changed at the source after the "
+                        f"replica was built. Run `{resync_command(str(spec.path or 'SPEC'), name)}` "
+                        "(it copies the table again and rebuilds the outputs that read it), then txjoin run",
+                        table=str(name),
+                        column=col,
+                        output=output,
+                    ) from None
+        raise

@@ -43,7 +43,7 @@ from txjoin.join.changes import TOAST, resolve_toast
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
-__all__ = ["FORMAT", "Partitions", "ReplicaStore", "TableSpec", "out_of_memory"]
+__all__ = ["FORMAT", "Partitions", "ReplicaStore", "TableSpec", "out_of_memory", "read_meta"]
 
 #: Output partitions: a table of anchor-column values (Debezium values); None means all.
 Partitions: TypeAlias = pa.Table
@@ -173,6 +173,22 @@ class ReplicaStore:
         for c in spec.secondary:  # element lookups scan the lists (list_has_any)
             idx = _q(f"i__{spec.name.schema}__{spec.name.table}__{c}")
             self.db.execute(f"CREATE INDEX IF NOT EXISTS {idx} ON {spec.sql_name} ({_c(c)})")
+
+    def replace_table(self, spec: TableSpec) -> None:
+        """Drop the table and create it empty with ``spec``'s columns (a resync, inside the batch's
+        transaction); ``spec`` also replaces the store's view of the table."""
+        old = self.tables.get(spec.name)
+        if old is not None:
+            for c in old.secondary:
+                self.db.execute(f"DROP INDEX IF EXISTS {_q(f'i__{old.name.schema}__{old.name.table}__{c}')}")
+            self.db.execute(f"DROP TABLE IF EXISTS {old.sql_name}")
+        self.tables[spec.name] = spec
+        self._create(spec)
+
+    def set_view(self, spec: TableSpec) -> None:
+        """The columns the store reads and writes for ``spec.name`` from now on (no DDL: columns
+        only leave the view, or keep their stored type)."""
+        self.tables[spec.name] = spec
 
     def close(self) -> None:
         self.db.close()
@@ -539,3 +555,21 @@ def _ipc(table: pa.Table) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
     return sink.getvalue()
+
+
+def read_meta(path: Path, key: str) -> Any:
+    """A metadata value of the store at ``path`` without opening it for writing (None: no store,
+    no value, or the store is busy; opening it for writing then says why)."""
+    if not Path(path).exists():
+        return None
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        rows = con.execute("SELECT v FROM _meta WHERE k = ?", [key]).fetchall()
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+    return json.loads(rows[0][0]) if rows else None

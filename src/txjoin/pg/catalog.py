@@ -11,7 +11,7 @@ generator and scratch copies.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,17 @@ from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
-__all__ = ["Column", "ForeignKey", "Table", "describe", "describe_source", "domain_bases", "resolve_domain"]
+__all__ = [
+    "Column",
+    "ForeignKey",
+    "Table",
+    "column_from_json",
+    "column_to_json",
+    "describe",
+    "describe_source",
+    "domain_bases",
+    "resolve_domain",
+]
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,33 @@ class Column:
     enum_labels: tuple[str, ...] = ()
     #: A domain's CHECK constraints ('CHECK ((VALUE >= 0))'); () for other types.
     domain_checks: tuple[str, ...] = ()
+
+
+def column_to_json(c: Column) -> dict[str, Any]:
+    """A column as JSON (the replica store's view, a resync's manifest)."""
+    return {
+        "name": c.name,
+        "type_oid": c.type.oid,
+        "type_name": c.type.name,
+        "typmod": c.type.typmod,
+        "formatted": c.formatted,
+        "not_null": c.not_null,
+        "collation": c.collation,
+        "enum_labels": list(c.enum_labels),
+        "domain_checks": list(c.domain_checks),
+    }
+
+
+def column_from_json(d: Mapping[str, Any]) -> Column:
+    return Column(
+        str(d["name"]),
+        ColumnType(int(d["type_oid"]), str(d["type_name"]), int(d["typmod"])),
+        formatted=str(d.get("formatted", "")),
+        not_null=bool(d.get("not_null", False)),
+        collation=str(d.get("collation", "")),
+        enum_labels=tuple(d.get("enum_labels", ())),
+        domain_checks=tuple(d.get("domain_checks", ())),
+    )
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ __all__ = ["Publisher", "Recomputer"]
 class Recomputer(Protocol):
     """What publishing needs of the join stage (:class:`txjoin.join.batch.JoinStage`)."""
 
+    #: The plans the batch was applied with (a resync or schema change replans).
+    planned: Planned
+
     def recompute(self, output: str, parts: Partitions | None, stats: BatchStats) -> Recomputed:
         """The output's rows for ``parts`` (None: all), through the driver."""
         ...
@@ -97,6 +100,7 @@ class Publisher:
     def publish(self, batch_id: int, applied: Applied, join: Recomputer, stats: BatchStats) -> None:
         """Commit every affected output (skipping commits a replay finds done), then idle advances."""
         now = time.monotonic()
+        self.planned = join.planned
         for name, parts in applied.affected.items():
             if self._committed(name, batch_id):
                 continue  # this batch's commit is already there (a replay)
@@ -177,7 +181,11 @@ class Publisher:
         interval = self.spec.options.idle_commit_interval
         for name in self.planned.plans:
             sources = self.planned.sources_of(name)
-            if name in applied.affected or not all(src in applied.cuts for src in sources):
+            if (
+                name in applied.affected
+                or name in applied.waiting
+                or not all(src in applied.cuts for src in sources)
+            ):
                 continue
             path = self.spec.outputs[name].path
             cut = self._cut(name, applied.cuts)
