@@ -89,6 +89,7 @@ class _Tx:
         "commit_ts",
         "counts",
         "events",
+        "final_lsn",
         "manifest",
         "skip",
         "spilled",
@@ -103,6 +104,7 @@ class _Tx:
         self.skip = skip
         self.events: list[tuple[str, bytes]] = []
         self.manifest: str | None = None  # a resync's manifest (txjoin.capture.resync)
+        self.final_lsn = begin_lsn  # the commit record's LSN (Begin's final_lsn)
         self.counts: dict[str, int] = {}
         self.total = 0
         self.bytes = 0
@@ -397,13 +399,16 @@ class Capture:
                 )
             skip = msg.final_lsn < self._durable_end
             self._tx = _Tx(msg.xid, data_start, msg.commit_ts, skip)
+            self._tx.final_lsn = msg.final_lsn
         elif isinstance(msg, Commit):
             if tx is None:
                 raise SourceError(f"COMMIT without BEGIN at LSN {format_lsn(data_start)}")
             self._commit(tx, msg)
             self._tx = None
         elif isinstance(msg, Relation):
-            self._relation(msg, data_start)
+            # Relation messages carry no position of their own (data_start is 0): the
+            # columns hold from the transaction they arrive in, i.e. its commit record.
+            self._relation(msg, tx.final_lsn if tx is not None else data_start)
         elif isinstance(msg, Truncate):
             if tx is None or tx.skip:
                 return

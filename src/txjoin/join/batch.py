@@ -146,10 +146,12 @@ class JoinStage:
         cuts = store.cuts()
         known = store.meta("initialized", {})
         known = known if isinstance(known, dict) else {}
+        waiting = set(self.watch.pending(list(store.meta("resynced", []))))
         return [
             name
             for name in self.plans
             if all(src in cuts for src in self.planned.sources_of(name))
+            and not self.plans[name].tables & waiting  # built when the resync's copy arrives
             and (known.get(name) != self.fingerprint(name) or not table_exists(name))
         ]
 

@@ -13,10 +13,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from txjoin.changelog.snapshots import read_manifest
 from txjoin.errors import SchemaChangeError, UnsupportedQuery
 from txjoin.join.evolve import resync_command, view_of
 from txjoin.join.plan import OutputPlan, TableInfo, plan_output
 from txjoin.join.replica import TableSpec, read_meta
+from txjoin.join.schema_watch import SchemaWatch
 from txjoin.pg.catalog import Table, column_from_json, describe_source
 from txjoin.pg.names import QualifiedName
 from txjoin.spec import PipelineSpec
@@ -113,7 +115,14 @@ def plan_pipeline(spec: PipelineSpec, tables: Mapping[QualifiedName, Table] | No
     """
     if tables is None:
         tables = describe_sources(spec)
-    stored = read_meta(spec.replicas, "schemas") or {}
+    stored = dict(read_meta(spec.replicas, "schemas") or {})
+    # A resync not applied yet: its table is planned with the copy's columns (the outputs
+    # reading it wait for the copy; the table's older changes are skipped).
+    watch = SchemaWatch(spec.changelog, sorted(spec.sources), str(spec.path or "SPEC"))
+    for name, pending in watch.pending(list(read_meta(spec.replicas, "resynced") or [])).items():
+        resync = read_manifest(spec.changelog, pending.ref).resync
+        if resync is not None:
+            stored[str(name)] = resync["columns"]
     viewed: dict[QualifiedName, Table] = {}
     hidden: dict[QualifiedName, list[str]] = {}
     for name, table in tables.items():

@@ -129,7 +129,7 @@ class SchemaWatch:
                         xid=xid,
                     )
                 if d.view != view:
-                    for ch in d.absorbed:
+                    for ch in (c for c in d.absorbed if c.kind != "added"):
                         log.warning(
                             "%s: %s at the source; no output reads it as changed: continuing", name, ch.line()
                         )
