@@ -29,29 +29,44 @@ outputs that read it at their last version until the copy is loaded.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import pyarrow.parquet as pq
 
 from txjoin.capture.config import CaptureConfig
 from txjoin.capture.snapshot import _plan, _sql, copy_rows
-from txjoin.changelog.snapshots import COMMITTED, RESYNC, part_path, publish
 from txjoin.debezium.lsn import format_lsn, parse_lsn
 from txjoin.errors import ConfigError, SourceError
 from txjoin.pg.catalog import column_to_json, describe
 from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import QualifiedName
 
-__all__ = ["RESYNC_PREFIX", "Resynced", "resync_table"]
+__all__ = ["RESYNC_PREFIX", "ResyncFiles", "Resynced", "resync_table"]
 
 log = logging.getLogger(__name__)
 
 #: Prefix of the resync marker (a transactional logical decoding message).
 RESYNC_PREFIX = "txjoin.resync"
+
+
+class ResyncFiles(Protocol):
+    """Where a resync's copy goes (:class:`txjoin.changelog.snapshots.ResyncDir` beside the topics)."""
+
+    def part(self, copy: str, topic: str, part: int) -> Path:
+        """Where part ``part`` (Parquet) of ``topic``'s rows in copy ``copy`` goes."""
+        ...
+
+    def publish(self, copy: str, manifest: dict[str, Any]) -> str:
+        """Make the copy durable with its manifest; the reference the stream's marker carries."""
+        ...
+
+    def committed(self, ref: str) -> None:
+        """Record (durably) that the copy's marker committed on the source."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,7 @@ class Resynced:
 def resync_table(
     cfg: CaptureConfig,
     table: QualifiedName,
+    files_to: ResyncFiles,
     *,
     lock_timeout: float = 60.0,
     on_rows: Callable[[int], None] = lambda n: None,
@@ -103,15 +119,13 @@ def resync_table(
         # Locked: no ALTER can run, so these are the columns of the rows copied below.
         described = describe(conn, [table], source=cfg.prefix, where=where)[table]
         chunks, _ = _plan(conn, {table: described}, cfg.snapshot_chunk_mb << 20)
-        source_dir = f"{cfg.prefix}/{RESYNC}"
-        snapshot = f"{int(xid)}-{lsn}"
-        root = Path(cfg.changelog)
+        copy = f"{int(xid)}-{lsn}"
         files: list[str] = []
         rows = 0
         with conn.cursor() as cur:
             for chunk in chunks:
                 data = copy_rows(cur, described, _sql(described, chunk))
-                path = part_path(root, source_dir, snapshot, cfg.topic(table), chunk.part)
+                path = files_to.part(copy, cfg.topic(table), chunk.part)
                 pq.write_table(data, path, row_group_size=128 * 1024)
                 files.append(f"{path.parent.name}/{path.name}")
                 rows += data.num_rows
@@ -124,7 +138,7 @@ def resync_table(
             "tables": {str(table): {"topic": cfg.topic(table), "rows": rows, "files": sorted(files)}},
             "resync": {"table": str(table), "columns": [column_to_json(c) for c in described.columns]},
         }
-        ref = publish(root, source_dir, snapshot, manifest)
+        ref = files_to.publish(copy, manifest)
         with conn.cursor() as cur:
             cur.execute("SELECT pg_logical_emit_message(true, %s, %s)", (RESYNC_PREFIX, ref))
         conn.commit()
@@ -133,10 +147,7 @@ def resync_table(
         raise
     finally:
         conn.close()
-    mark = (root / ref).parent / COMMITTED
-    with open(mark, "w") as f:
-        f.flush()
-        os.fsync(f.fileno())
+    files_to.committed(ref)
     seconds = time.monotonic() - started
     log.info("resync of %s: %d rows at LSN %s in %.1f s", table, rows, format_lsn(lsn), seconds)
     return Resynced(table, rows, lsn, ref, seconds)

@@ -135,3 +135,25 @@ def resync_manifests(root: str | os.PathLike[str], source: str) -> list[tuple[st
         m = json.loads(path.read_text())
         out.append((str(path.relative_to(Path(root))), str(m["resync"]["table"]), int(m["lsn"])))
     return out
+
+
+class ResyncDir:
+    """A source's resync copies: ``_snapshots/<source>/resync/<copy>/`` (see
+    :mod:`txjoin.capture.resync`)."""
+
+    def __init__(self, root: str | os.PathLike[str], source: str) -> None:
+        self.root = Path(root)
+        self.source = f"{source}/{RESYNC}"
+
+    def part(self, copy: str, topic: str, part: int) -> Path:
+        return part_path(self.root, self.source, copy, topic, part)
+
+    def publish(self, copy: str, manifest: dict[str, Any]) -> str:
+        return publish(self.root, self.source, copy, manifest)
+
+    def committed(self, ref: str) -> None:
+        d = (self.root / ref).parent
+        with open(d / COMMITTED, "w") as f:
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(d)

@@ -127,6 +127,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _resync(args: argparse.Namespace) -> int:
     from txjoin.capture.resync import resync_table
+    from txjoin.changelog.snapshots import ResyncDir
     from txjoin.pg.names import parse_table_name
     from txjoin.spec import load_spec
 
@@ -140,7 +141,12 @@ def _resync(args: argparse.Namespace) -> int:
             table=str(table),
         )
     source = owners[0]
-    done = resync_table(source.capture_config(spec.changelog), table, lock_timeout=args.lock_timeout)
+    done = resync_table(
+        source.capture_config(spec.changelog),
+        table,
+        ResyncDir(spec.changelog, source.name),
+        lock_timeout=args.lock_timeout,
+    )
     readers = [n for n, o in sorted(spec.outputs.items()) if str(table.table) in o.sql]
     print(
         f"resync of {table} (source {source.name}): {done.rows} rows copied at LSN {format_lsn(done.lsn)} "
