@@ -135,7 +135,8 @@ def test_schema_changes_are_absorbed_refused_and_resynced(
             run(spec)
         line = str(stopped.value)
         assert "public.a: column v changed type numeric(10,2) -> numeric(12,3)" in line
-        assert f"txjoin resync {first} --table public.a" in line and "\n" not in line
+        assert f"txjoin resync {first} --table public.a" in line
+        assert "\n" not in line
         assert {n: len(delta.history(p)) for n, p in paths.items()} == versions
         with pytest.raises(SchemaChangeError):
             run(spec)  # a restart stops again: still nothing committed
