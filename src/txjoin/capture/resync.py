@@ -74,6 +74,8 @@ class Resynced:
     table: QualifiedName
     rows: int
     lsn: int
+    #: The marker transaction's xid (the cut of the version that applies the copy).
+    xid: int
     manifest: str
     seconds: float
 
@@ -150,4 +152,4 @@ def resync_table(
     files_to.committed(ref)
     seconds = time.monotonic() - started
     log.info("resync of %s: %d rows at LSN %s in %.1f s", table, rows, format_lsn(lsn), seconds)
-    return Resynced(table, rows, lsn, ref, seconds)
+    return Resynced(table, rows, lsn, int(xid), ref, seconds)
