@@ -14,12 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from txjoin.changelog.snapshots import read_manifest
+from txjoin.debezium.topics import table_topic
 from txjoin.errors import SchemaChangeError, UnsupportedQuery
 from txjoin.join.evolve import resync_command, view_of
 from txjoin.join.plan import OutputPlan, TableInfo, plan_output
 from txjoin.join.replica import TableSpec, read_meta
 from txjoin.join.schema_watch import SchemaWatch
-from txjoin.pg.catalog import Table, column_from_json, describe_source
+from txjoin.pg.catalog import Column, Table, column_from_json, describe_source
 from txjoin.pg.names import QualifiedName
 from txjoin.spec import PipelineSpec
 
@@ -127,7 +128,15 @@ def plan_pipeline(spec: PipelineSpec, tables: Mapping[QualifiedName, Table] | No
     hidden: dict[QualifiedName, list[str]] = {}
     for name, table in tables.items():
         cols = stored.get(str(name))
-        view, hidden[name] = view_of(table, None if cols is None else [column_from_json(c) for c in cols])
+        columns = None if cols is None else [column_from_json(c) for c in cols]
+        if columns is None:
+            # No batch yet: the columns of the snapshot (capture's first record), which
+            # the catalog no longer shows if the table changed since.
+            versions = watch.history.versions(table_topic(table.source, name))
+            if versions:
+                catalog = {(c.name, c.type): c for c in table.columns}
+                columns = [catalog.get((n, t), Column(n, t)) for n, t in versions[0][1]]
+        view, hidden[name] = view_of(table, columns)
         viewed[name] = view
     try:
         return plan_outputs(spec, viewed)
