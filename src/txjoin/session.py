@@ -1,4 +1,9 @@
-"""The Spark session txjoin runs in: local by default, quiet, RocksDB state.
+"""The Spark session txjoin runs in: local by default or any master, quiet, RocksDB state.
+
+On a cluster (a master other than ``local[...]``) txjoin's own code is
+shipped to the executors as a zip of the installed package
+(``spark.submit.pyFiles``); the executors' Python needs txjoin's
+dependencies (pandas, pyarrow) installed.
 
 Spark's own log output is limited to errors (``log4j2.properties`` shipped
 with the package) and the console progress bar is off, so users see
@@ -10,12 +15,15 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import zipfile
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from txjoin.errors import MissingDependency, SparkDied
 
-__all__ = ["jvm_died", "jvm_exit_code", "spark_session"]
+__all__ = ["jvm_died", "jvm_exit_code", "package_zip", "spark_session"]
 
 
 def _java_ok() -> None:
@@ -31,14 +39,30 @@ def _java_ok() -> None:
         )
 
 
+def package_zip(target_dir: Path) -> Path:
+    """A zip of the installed txjoin package (Python files and resources) for executors."""
+    package = Path(str(resources.files("txjoin")))
+    target_dir.mkdir(parents=True, exist_ok=True)
+    out = target_dir / "txjoin.zip"
+    tmp = target_dir / ".txjoin.zip.tmp"
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(package.rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                z.write(f, Path("txjoin") / f.relative_to(package))
+    os.replace(tmp, out)
+    return out
+
+
 def spark_session(
     app_name: str = "txjoin",
     *,
     cores: int = 2,
     driver_memory: str = "4g",
     conf: dict[str, str] | None = None,
+    master: str = "",
+    executor_memory: str = "",
 ) -> Any:
-    """Get or create the local Spark session configured for txjoin."""
+    """Get or create the Spark session configured for txjoin (``master`` default: ``local[cores]``)."""
     _java_ok()
     # Python workers must run the interpreter that has txjoin and pandas.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -88,13 +112,44 @@ def spark_session(
         # distributed job (seconds for a few hundred files on 2 cores).
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
     }
+    master = master or f"local[{cores}]"
+    if executor_memory:
+        settings["spark.executor.memory"] = executor_memory
+    if not master.startswith("local"):
+        ship = package_zip(Path(tempfile.gettempdir()) / f"txjoin-{os.getpid()}")
+        settings["spark.submit.pyFiles"] = str(ship)
+        # Executors' Python: the driver's interpreter path unless the settings name another.
+        settings.setdefault("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     settings.update(conf or {})
-    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+    if os.environ.get("TXJOIN_SPARK_VERBOSE") != "1":
+        _quiet_gateway(master, app_name, settings)
+    builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if os.environ.get("TXJOIN_SPARK_VERBOSE") == "1" else "ERROR")
     return spark
+
+
+#: Where the driver JVM's own output goes (None: the terminal, TXJOIN_SPARK_VERBOSE=1).
+SPARK_LOG: list[Path] = []
+
+
+def _quiet_gateway(master: str, app_name: str, settings: dict[str, str]) -> None:
+    """Start Spark's driver JVM with its stdout and stderr in a file: Java's banner
+    ('Using incubator modules'), log4j's start-up line and shutdown noise stay off the
+    terminal; txjoin reports what matters in its own words."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+    path = Path(tempfile.gettempdir()) / f"txjoin-spark-{os.getpid()}.log"
+    out = open(path, "ab")  # noqa: SIM115 (the JVM writes it until it exits)
+    gateway = launch_gateway(conf, popen_kwargs={"stdout": out, "stderr": out})  # type: ignore[no-untyped-call]
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)  # a builder below reuses this JVM
+    SPARK_LOG[:] = [path]
 
 
 def jvm_exit_code(spark: Any) -> int | None:
@@ -115,8 +170,9 @@ def jvm_died(code: int, *, driver_memory: str, batch_bytes: int) -> SparkDied:
             exit_code=code,
             setting="driver_memory",
         )
+    where = f"its output is in {SPARK_LOG[0]}" if SPARK_LOG else "see its output above"
     return SparkDied(
-        f"Spark's driver process exited with code {code} (see its output above); the pipeline resumes "
+        f"Spark's driver process exited with code {code} ({where}); the pipeline resumes "
         "from its last committed batch when started again",
         exit_code=code,
     )

@@ -27,6 +27,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from txjoin.capture.config import CaptureConfig
 from txjoin.debezium.topics import validate_prefix
@@ -39,6 +40,7 @@ __all__ = [
     "OutputSpec",
     "PipelineSpec",
     "SourceSpec",
+    "SparkSettings",
     "load_spec",
     "machine_memory",
     "memory",
@@ -163,6 +165,37 @@ def memory(options: Options) -> Memory:
 
 
 @dataclass(frozen=True)
+class SparkSettings:
+    """Where Spark runs (``[spark]`` in the spec; ``--master``/``--conf`` override it)."""
+
+    #: ``local[N]`` (default: ``local[<spark_cores>]``), ``spark://host:port``, ``yarn``, ``k8s://...``.
+    master: str = ""
+    #: Memory of each executor (``spark.executor.memory``), e.g. "2g"; "" leaves Spark's default.
+    executor_memory: str = ""
+    #: Any other ``spark.*`` setting.
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def merged(self, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSettings:
+        """These settings with the command line's on top."""
+        return SparkSettings(master or self.master, self.executor_memory, {**self.conf, **(conf or {})})
+
+
+def spark_settings(raw: dict[str, Any], where: str) -> SparkSettings:
+    _check_keys(raw, {"master", "executor_memory", "conf"}, where)
+    conf = raw.get("conf", {})
+    if not isinstance(conf, dict):
+        raise ConfigError(f"{where}: conf must be a table of spark.* settings")
+    for k in conf:
+        if not str(k).startswith("spark."):
+            raise ConfigError(f"{where}: conf key {k!r} is not a Spark setting (they start with 'spark.')")
+    return SparkSettings(
+        str(raw.get("master", "")),
+        str(raw.get("executor_memory", "")),
+        {str(k): str(v) for k, v in conf.items()},
+    )
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     name: str
     path: Path | None
@@ -170,6 +203,7 @@ class PipelineSpec:
     sources: dict[str, SourceSpec]
     outputs: dict[str, OutputSpec]
     options: Options = field(default_factory=Options)
+    spark: SparkSettings = field(default_factory=SparkSettings)
 
     @property
     def changelog(self) -> Path:
@@ -205,10 +239,26 @@ def _check_keys(d: dict[str, Any], allowed: set[str], where: str) -> None:
         raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; valid: {sorted(allowed)}")
 
 
+def local_path(value: str, where: str) -> Path:
+    """A location given as a path or a ``file://`` URI; other schemes are refused."""
+    if value.startswith("file://"):
+        parsed = urlparse(value)
+        if parsed.netloc not in ("", "localhost"):
+            raise ConfigError(f"{where}: {value!r} names host {parsed.netloc!r}; file:// URIs are local")
+        return Path(unquote(parsed.path))
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme:
+        raise ConfigError(
+            f"{where}: {value!r}: {scheme}:// locations are not supported yet (the replica store and the "
+            "changelog need a filesystem every process sees); use a path or a file:// URI on shared storage"
+        )
+    return Path(value)
+
+
 def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | None = None) -> PipelineSpec:
-    _check_keys(raw, {"name", "state_dir", "sources", "outputs", "options"}, origin)
+    _check_keys(raw, {"name", "state_dir", "sources", "outputs", "options", "spark"}, origin)
     name = str(raw.get("name") or (spec_path.stem if spec_path else "pipeline"))
-    state_dir = Path(raw.get("state_dir", f".txjoin/{name}"))
+    state_dir = local_path(str(raw.get("state_dir", f".txjoin/{name}")), f"{origin}: state_dir")
     state_dir = state_dir if state_dir.is_absolute() else (base / state_dir)
     sources: dict[str, SourceSpec] = {}
     raw_sources = _req(raw, "sources", origin, dict)
@@ -254,7 +304,7 @@ def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | N
         if not oname.replace("_", "").isalnum():
             raise ConfigError(f"{where}: output names use letters, digits and '_'")
         key = tuple(str(k) for k in _req(o, "key", where, list))
-        path = Path(o.get("path", state_dir / "delta" / oname))
+        path = local_path(str(o.get("path", state_dir / "delta" / oname)), f"{where}: path")
         outputs[oname] = OutputSpec(
             oname, str(_req(o, "sql", where, str)), key, path if path.is_absolute() else base / path
         )
@@ -266,7 +316,8 @@ def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | N
         raise ConfigError(
             f"{origin}: on_incomplete={options.on_incomplete!r} is invalid: valid values are 'warn', 'fail'"
         )
-    return PipelineSpec(name, spec_path, state_dir, sources, outputs, options)
+    spark = spark_settings(dict(raw.get("spark", {})), f"{origin}: [spark]")
+    return PipelineSpec(name, spec_path, state_dir, sources, outputs, options, spark)
 
 
 def load_spec(

@@ -70,3 +70,45 @@ def test_running_out_of_memory_names_the_setting_to_raise() -> None:
     assert py is not None
     assert "max_batch_bytes (now 32 MB)" in str(py)
     assert out_of_memory(ValueError("x"), replica_memory="1GB", batch_bytes=1) is None
+
+
+def _raw(**extra: Any) -> dict[str, Any]:
+    return {
+        "name": "s",
+        "sources": {"shop": {"dsn": "host=x", "tables": ["public.t"]}},
+        "outputs": {"o": {"key": ["id"], "sql": "SELECT t.id FROM t"}},
+        **extra,
+    }
+
+
+def test_spark_settings_come_from_the_spec_and_the_command_line(tmp_path: Path) -> None:
+    from txjoin.cli.common import conf_pairs, option_pairs
+
+    spark = {"master": "spark://m:7077", "executor_memory": "2g", "conf": {"spark.executor.cores": "2"}}
+    spec = build_spec(_raw(spark=spark), tmp_path, "test spec")
+    assert spec.spark.master == "spark://m:7077"
+    merged = spec.spark.merged("local[3]", conf_pairs(["spark.sql.shuffle.partitions=7"]))
+    assert merged.master == "local[3]"
+    assert merged.executor_memory == "2g"
+    assert merged.conf == {"spark.executor.cores": "2", "spark.sql.shuffle.partitions": "7"}
+    assert build_spec(_raw(), tmp_path, "t").spark.master == ""  # local[spark_cores]
+    with pytest.raises(ConfigError, match="not a Spark setting"):
+        build_spec(_raw(spark={"conf": {"executor.cores": "2"}}), tmp_path, "test spec")
+    with pytest.raises(ConfigError, match=r"write spark\.setting=value"):
+        conf_pairs(["spark.x"])
+    assert option_pairs(["distributed_rows=0", "idle_commit_interval=0.5"]) == {
+        "distributed_rows": 0,
+        "idle_commit_interval": 0.5,
+    }
+    with pytest.raises(ConfigError, match="takes a int"):
+        option_pairs(["distributed_rows=many"])
+
+
+def test_locations_take_file_uris_and_refuse_other_schemes(tmp_path: Path) -> None:
+    raw = _raw(state_dir=f"file://{tmp_path}/st%20ate")
+    raw["outputs"]["o"]["path"] = f"file://localhost{tmp_path}/out"
+    spec = build_spec(raw, tmp_path, "test spec")
+    assert spec.state_dir == tmp_path / "st ate"
+    assert spec.outputs["o"].path == tmp_path / "out"
+    with pytest.raises(ConfigError, match=r"state_dir: 's3://b/x': s3:// locations are not supported yet"):
+        build_spec(_raw(state_dir="s3://b/x"), tmp_path, "test spec")

@@ -10,13 +10,23 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from txjoin.errors import ConfigError
 
-__all__ = ["DEFAULT_HOME", "Progress", "dsn_of", "install_stop_signals", "progress_wanted", "spark_for"]
+__all__ = [
+    "DEFAULT_HOME",
+    "Progress",
+    "add_spark_options",
+    "conf_pairs",
+    "dsn_of",
+    "install_stop_signals",
+    "option_pairs",
+    "progress_wanted",
+    "spark_for",
+]
 
 log = logging.getLogger("txjoin")
 
@@ -103,11 +113,58 @@ class Progress:
             self._thread.join(2)
 
 
-def spark_for(spec: Any) -> Any:
-    """The Spark session a pipeline spec asks for."""
+def spark_for(spec: Any, master: str | None = None, conf: Sequence[str] = ()) -> Any:
+    """The Spark session a pipeline spec asks for; ``master`` and ``conf`` ("k=v") from the
+    command line override the spec's ``[spark]``."""
     from txjoin.session import spark_session
     from txjoin.spec import memory
 
+    settings = spec.spark.merged(master, conf_pairs(conf))
     return spark_session(
-        f"txjoin-{spec.name}", cores=spec.options.spark_cores, driver_memory=memory(spec.options).driver
+        f"txjoin-{spec.name}",
+        cores=spec.options.spark_cores,
+        driver_memory=memory(spec.options).driver,
+        conf=settings.conf,
+        master=settings.master,
+        executor_memory=settings.executor_memory,
+    )
+
+
+def conf_pairs(items: Sequence[str]) -> dict[str, str]:
+    """``--conf spark.x=y`` options as a dict."""
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.startswith("spark."):
+            raise ConfigError(f"--conf {item!r}: write spark.setting=value")
+        out[k] = v
+    return out
+
+
+def option_pairs(items: Sequence[str]) -> dict[str, Any]:
+    """``--option name=value`` as pipeline options, each value typed like its default."""
+    from txjoin.spec import Options
+
+    defaults = Options()
+    out: dict[str, Any] = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or k not in Options.__dataclass_fields__:
+            raise ConfigError(
+                f"--option {item!r}: write name=value with a pipeline option: "
+                f"{', '.join(sorted(Options.__dataclass_fields__))}"
+            )
+        kind = type(getattr(defaults, k))
+        try:
+            out[k] = (v.lower() in ("1", "true", "yes")) if kind is bool else kind(v)
+        except ValueError:
+            raise ConfigError(f"--option {item!r}: {k} takes a {kind.__name__}") from None
+    return out
+
+
+def add_spark_options(p: Any) -> None:
+    """``--master`` and ``--conf`` on a command that starts Spark."""
+    p.add_argument("--master", help="Spark master: local[N] (default), spark://host:port, yarn, k8s://...")
+    p.add_argument(
+        "--conf", action="append", default=[], metavar="spark.K=V", help="a Spark setting (repeatable)"
     )

@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any
 
-from txjoin.cli.common import Progress, install_stop_signals, spark_for
+from txjoin.cli.common import Progress, add_spark_options, install_stop_signals, spark_for
 from txjoin.cli.progress import load_status
 from txjoin.debezium.lsn import format_lsn
 from txjoin.errors import TxJoinError
@@ -53,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
         return p is not None and bool(p.history) and not status()
 
     if args.once:
-        running["spark"] = spark = spark_for(spec)
+        running["spark"] = spark = spark_for(spec, args.master, args.conf)
         running["pipeline"] = once = Pipeline(spec, spark, on_batch=on_batch)
         try:
             with Progress(status, quiet=args.quiet, done=loaded):
@@ -70,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if captures is not None:
             captures.start()
-        running["spark"] = spark = spark_for(spec)
+        running["spark"] = spark = spark_for(spec, args.master, args.conf)
         # PySpark's SparkContext replaces the SIGINT handler with one that raises at once.
         install_stop_signals(stop, "stopping after the current micro-batch")
         running["pipeline"] = pipeline = Pipeline(spec, spark, on_batch=on_batch)
@@ -204,6 +204,7 @@ def add_commands(sub: Any) -> None:
         "--once", action="store_true", help="catch up from the changelog, then exit (no capture)"
     )
     run.add_argument("--quiet", action="store_true", help="no per-batch lines")
+    add_spark_options(run)
     run.set_defaults(func=_run)
 
     res = sub.add_parser(

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txjoin.cli.common import progress_wanted, spark_for
+from txjoin.cli.common import add_spark_options, option_pairs, progress_wanted, spark_for
 from txjoin.errors import TxJoinError
 
 __all__ = ["add_commands"]
@@ -96,7 +96,8 @@ def _scenario(args: argparse.Namespace) -> int:
         print(f"running scenario {sc.name}: {sc.description}", file=sys.stderr)
     report = run_scenario(
         sc,
-        spark_factory=spark_for,
+        spark_factory=lambda spec: spark_for(spec, args.master, args.conf),
+        options=option_pairs(args.option),
         home=home,
         txs=args.txs,
         seconds=args.seconds,
@@ -162,4 +163,12 @@ def add_commands(sub: Any) -> None:
         "--home", default=".txjoin", help="where databases and Delta tables go (default: %(default)s)"
     )
     scn.add_argument("--scenarios", default=None, help="folder of scenarios (default: ./scenarios)")
+    scn.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a pipeline option of the scenario's spec, e.g. distributed_rows=0 (repeatable)",
+    )
+    add_spark_options(scn)
     scn.set_defaults(func=_scenario)

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -254,13 +255,15 @@ def run_scenario(
     check: bool = True,
     baseline: bool = True,
     rate: float | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Report:
     """Run ``scenario`` end to end and report.
 
     ``check=False`` skips recording the SQL's result after every commit and
     checking the versions; ``baseline=False`` skips the naive baseline. Both
     serve measurements (bench/), where the checks would compete for the cores.
-    ``rate`` overrides the scenario's transactions per second (0: unpaced).
+    ``rate`` overrides the scenario's transactions per second (0: unpaced);
+    ``options`` override pipeline options of the scenario's spec.
     """
     home = home.absolute()
     work = home / "scenarios" / scenario.name
@@ -285,6 +288,8 @@ def run_scenario(
         for source, var in env.items():
             os.environ[var] = dsns[source]
         spec = load_spec(scenario.spec_path, state_dir=work / "state")
+        if options:
+            spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, **options))
     finally:
         for k, v in saved.items():
             if v is None:
