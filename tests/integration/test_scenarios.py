@@ -3,8 +3,12 @@ and `txjoin check` catching a broken join maintenance (acceptance 3)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,9 +44,45 @@ def _run(name: str, spark: Any, server: EmbeddedPostgres, home: Path, txs: int) 
     return report
 
 
-def test_pizzeria(spark: Any, pg_server: EmbeddedPostgres, tmp_path: Path) -> None:
-    report = _run("pizzeria", spark, pg_server, tmp_path, txs=60)
-    assert set(report.outputs) == {"orders_enriched"}
+#: Lines Spark, Java, log4j or py4j would print; none may reach the user.
+FOREIGN = re.compile(
+    r"^(WARNING|WARN|ERROR|INFO|DEBUG)\b|^\d\d/\d\d/\d\d |Setting default log level|setLogLevel|^\s+at |"
+    r"java|org\.apache|py4j|log4j|SLF4J|^Exception|^Caused by|Traceback"
+)
+
+
+def _postgres_running(data_dir: Path) -> bool:
+    """Whether a postgres process serves ``data_dir`` (its command line names it)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "postgres" in cmd and str(data_dir) in cmd:
+            return True
+    return False
+
+
+def test_pizzeria_from_the_command_line_is_quiet_and_leaves_no_server(home: Path) -> None:
+    """``txjoin scenario run pizzeria`` as a user runs it: its own embedded PostgreSQL, 0
+    violations, no line from Spark or Java, and the server it started announced and stopped."""
+    done = subprocess.run(
+        [sys.executable, "-m", "txjoin.cli", "scenario", "run", "pizzeria", "--txs", "60", "--json",
+         "--home", str(home), "--scenarios", str(ROOT / "scenarios")],
+        capture_output=True, text=True, timeout=600, env={k: v for k, v in os.environ.items()
+                                                          if k != "TXJOIN_SPARK_VERBOSE"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["violations"] == []
+    assert report["transactions"] >= 60
+    assert report["versions_checked"]["orders_enriched"] >= 2
+    assert report["naive_versions"] > 0
+    foreign = [line for line in (done.stdout + done.stderr).splitlines() if FOREIGN.search(line)]
+    assert not foreign, "\n".join(foreign)
+    assert f"started an embedded PostgreSQL in {home / 'pg'}" in done.stderr
+    assert "stopped the embedded PostgreSQL this run started" in done.stderr
+    assert not _postgres_running(home / "pg")
 
 
 def test_two_databases(spark: Any, pg_server: EmbeddedPostgres, tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ import pandas as pd
 import pyarrow as pa
 
 from txjoin.assemble import staging
+from txjoin.assemble.dbz_snapshot import frame_snapshot, snapshot_pending
 from txjoin.decode import EVENT_COLUMNS
 from txjoin.errors import (
     AssemblyError,
@@ -127,6 +128,8 @@ class AssemblerConfig:
     start_offset: int = 0
     #: Rows per released frame.
     chunk_rows: int = 50_000
+    #: Frame Debezium's own snapshot rows (no transaction metadata) as one unit (:mod:`.dbz_snapshot`).
+    debezium_snapshots: bool = False
 
     def __post_init__(self) -> None:
         if self.on_incomplete not in ("warn", "fail"):
@@ -171,6 +174,8 @@ class AssemblyState:
     last_xid: int = -1
     released: int = 0  # transactions released so far
     snapshot_released: bool = False
+    #: Debezium snapshot framing: position counter and rows per table (:mod:`.dbz_snapshot`).
+    snap: dict[str, int] = field(default_factory=dict)
     #: Accepted, unreleased ENDs in commit (end LSN) order, and their per-table counts.
     markers: pd.DataFrame = field(default_factory=lambda: _empty(_MARKERS))
     counts: pd.DataFrame = field(default_factory=lambda: _empty(_COUNTS))
@@ -193,6 +198,7 @@ class AssemblyState:
                 "last_xid": self.last_xid,
                 "released": self.released,
                 "snapshot_released": self.snapshot_released,
+                "snap": self.snap,
                 "first_seen": {str(k): v for k, v in self.first_seen.items()},
                 "reported": {str(k): v for k, v in self.reported.items()},
             }
@@ -218,6 +224,7 @@ class AssemblyState:
             last_xid=int(m["last_xid"]),
             released=int(m["released"]),
             snapshot_released=bool(m["snapshot_released"]),
+            snap={str(k): int(v) for k, v in m.get("snap", {}).items()},
             first_seen={int(k): float(v) for k, v in m["first_seen"].items()},
             reported={int(k): float(v) for k, v in m["reported"].items()},
         )
@@ -411,6 +418,10 @@ def assemble(
             source=state.source,
         )
 
+    if cfg.debezium_snapshots:
+        batch = frame_snapshot(state.snap, batch, state.snapshot_released)
+        kinds = batch["kind"] if not batch.empty else kinds
+
     # -- change events into the buffer, without duplicates ----------------
     if not batch.empty:
         changes = batch.loc[kinds == "change"]
@@ -442,6 +453,8 @@ def assemble(
 
     # -- release the longest complete prefix -------------------------------
     k = _complete_prefix(state, cfg)
+    if cfg.debezium_snapshots and snapshot_pending(state.snap):
+        k = 0  # Debezium's snapshot is still arriving: it is released first
     if k:
         rel = state.markers.iloc[:k].copy()
         rel["tx_seq"] = np.arange(state.released + 1, state.released + k + 1, dtype=np.int64)

@@ -138,6 +138,7 @@ class _Databases:
         self.home = home
         self.admin_dsn = dsn
         self.server: Any = None
+        self.started = False
 
     def start(self) -> None:
         if self.admin_dsn is not None:
@@ -147,9 +148,24 @@ class _Databases:
         data = self.home / "pg"
         self.server = EmbeddedPostgres(data)
         if not self.server.status().running:
-            log.info("starting the embedded PostgreSQL in %s", data)
             self.server.start()
+            self.started = True
+            log.info("started an embedded PostgreSQL in %s for this run; it stops when the run ends", data)
+        else:
+            log.info(
+                "using the embedded PostgreSQL already running in %s (stop it with: txjoin db stop "
+                "--data-dir %s)",
+                data,
+                data,
+            )
         self.admin_dsn = self.server.dsn()
+
+    def stop(self) -> None:
+        """Stop the embedded server if this run started it."""
+        if self.server is not None and self.started:
+            self.server.stop()
+            self.started = False
+            log.info("stopped the embedded PostgreSQL this run started (%s)", self.server.data_dir)
 
     def create(self, name: str) -> str:
         assert self.admin_dsn is not None
@@ -272,121 +288,128 @@ def run_scenario(
     work.mkdir(parents=True)
     dbs = _Databases(home, dsn)
     dbs.start()
-    env = scenario.dsn_env()
-    saved = {k: os.environ.get(k) for k in env.values()}
-    dsns = {}
-    for source, schema in scenario.schemas.items():
-        d = dbs.create(f"txjoin_{scenario.name}_{source}")
-        conn = psycopg2.connect(d)
-        with conn.cursor() as cur:
-            cur.execute(schema.read_text())
-        conn.commit()
-        conn.close()
-        dsns[source] = d
-    naive_dsn = dbs.create(f"txjoin_{scenario.name}_naive")
     try:
-        for source, var in env.items():
-            os.environ[var] = dsns[source]
-        spec = load_spec(scenario.spec_path, state_dir=work / "state")
-        if options:
-            spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, **options))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    report = Report(scenario.name)
-    captures = CaptureThreads(spec)
-    captures.start()
-    spark = spark_factory(spec)
-    pipeline = Pipeline(spec, spark)
-    oracle = (
-        oracle_for(spec, pipeline.plans)
-        if check
-        else Oracle({s.name: s.dsn for s in spec.sources.values()}, [])
-    )
-    naive: NaiveBaseline | None = None
-    progress_stop = threading.Event()
-    try:
-        for s in spec.sources:
-            oracle.record(s, read_transactions(ChangelogReader(spec.changelog), s)[0].xid)
-        pipeline.start()
-        if baseline:
-            naive = NaiveBaseline(
-                spec.changelog,
-                {name: list(s.tables) for name, s in spec.sources.items()},
-                {name: o.sql for name, o in spec.outputs.items()},
-                naive_dsn,
-                work / "naive",
-            )
-            naive.start()
-        _wait_first_versions(spec, pipeline, captures)
-        run = Clients(
-            dsns,
-            scenario.workload,
-            oracle,
-            n=clients or scenario.clients,
-            txs=txs if txs is not None or seconds is not None else scenario.txs,
-            seconds=seconds,
-            rate=scenario.rate if rate is None else rate,
+        env = scenario.dsn_env()
+        saved = {k: os.environ.get(k) for k in env.values()}
+        dsns = {}
+        for source, schema in scenario.schemas.items():
+            d = dbs.create(f"txjoin_{scenario.name}_{source}")
+            conn = psycopg2.connect(d)
+            with conn.cursor() as cur:
+                cur.execute(schema.read_text())
+            conn.commit()
+            conn.close()
+            dsns[source] = d
+        naive_dsn = dbs.create(f"txjoin_{scenario.name}_naive")
+        try:
+            for source, var in env.items():
+                os.environ[var] = dsns[source]
+            spec = load_spec(scenario.spec_path, state_dir=work / "state")
+            if options:
+                spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, **options))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        report = Report(scenario.name)
+        captures = CaptureThreads(spec)
+        captures.start()
+        spark = spark_factory(spec)
+        pipeline = Pipeline(spec, spark)
+        oracle = (
+            oracle_for(spec, pipeline.plans)
+            if check
+            else Oracle({s.name: s.dsn for s in spec.sources.values()}, [])
         )
-        if status is not None:
-            threading.Thread(
-                target=_progress, args=(status, progress_stop, run, pipeline, naive, captures), daemon=True
-            ).start()
-        run.run()
-        _converge(spec, pipeline, captures, converge_timeout)
-        finished = time.time()
-        pipeline.stop()
-        if naive is not None:
-            naive.finish()
-    finally:
-        progress_stop.set()
-        pipeline.close()
-        if naive is not None:
-            naive.stop()
-        captures.stop()
-    ends = {s: read_transactions(ChangelogReader(spec.changelog), s) for s in spec.sources}
-    report.transactions = len(run.committed)
-    report.aborted = run.aborted
-    report.events = sum(e.event_count for es in ends.values() for e in es[1:])
-    report.seconds = finished - run.started  # from the first transaction to convergence
-    report.events_per_s = report.events / report.seconds if report.seconds > 0 else 0.0
-    if check:
-        versions, violations = check_versions(pipeline.plans, spec, oracle)
-        report.versions_checked = versions
-        report.violations = [str(v) for v in violations]
-    if check and scenario.invariants is not None:
-        delta = DeltaRsStore()
-        for name in pipeline.plans:
-            for commit in delta.history(spec.outputs[name].path):
-                problem = scenario.invariants(
-                    name, delta.read(spec.outputs[name].path, commit.version).to_pylist()
+        naive: NaiveBaseline | None = None
+        progress_stop = threading.Event()
+        try:
+            for s in spec.sources:
+                oracle.record(s, read_transactions(ChangelogReader(spec.changelog), s)[0].xid)
+            pipeline.start()
+            if baseline:
+                naive = NaiveBaseline(
+                    spec.changelog,
+                    {name: list(s.tables) for name, s in spec.sources.items()},
+                    {name: o.sql for name, o in spec.outputs.items()},
+                    naive_dsn,
+                    work / "naive",
                 )
-                if problem is not None:
-                    report.violations.append(f"{name} version {commit.version}: invariant broken: {problem}")
-    if naive is not None and check:
-        report.naive_versions, report.naive_torn, report.naive_invariant_violations = _naive_torn(
-            naive, pipeline.plans, oracle, ends, scenario.invariants
-        )
-    series = _latency(run.committed, ends, pipeline.plans, spec)
-    report.latency_series = series
-    lat = [s for _, s in series]
-    if lat:
-        report.latency_p50_s = statistics.median(lat)
-        report.latency_p99_s = sorted(lat)[min(len(lat) - 1, int(len(lat) * 0.99))]
-    report.micro_batches = len(pipeline.history)
-    busy = [b for b in pipeline.history if b.commits]
-    if busy:
-        report.batch_stages_s["total"] = statistics.median(b.seconds for b in busy)
-        for stage in ("apply", "fetch", "recompute", "commit"):
-            report.batch_stages_s[stage] = statistics.median(b.timings.get(stage, 0.0) for b in busy)
-    report.outputs = {n: str(o.path) for n, o in spec.outputs.items()}
-    if naive is not None:
-        report.naive_outputs = {n: str(p) for n, p in naive.paths().items()}
-    oracle.close()
-    return report
+                naive.start()
+            _wait_first_versions(spec, pipeline, captures)
+            run = Clients(
+                dsns,
+                scenario.workload,
+                oracle,
+                n=clients or scenario.clients,
+                txs=txs if txs is not None or seconds is not None else scenario.txs,
+                seconds=seconds,
+                rate=scenario.rate if rate is None else rate,
+            )
+            if status is not None:
+                threading.Thread(
+                    target=_progress,
+                    args=(status, progress_stop, run, pipeline, naive, captures),
+                    daemon=True,
+                ).start()
+            run.run()
+            _converge(spec, pipeline, captures, converge_timeout)
+            finished = time.time()
+            pipeline.stop()
+            if naive is not None:
+                naive.finish()
+        finally:
+            progress_stop.set()
+            pipeline.close()
+            if naive is not None:
+                naive.stop()
+            captures.stop()
+        ends = {s: read_transactions(ChangelogReader(spec.changelog), s) for s in spec.sources}
+        report.transactions = len(run.committed)
+        report.aborted = run.aborted
+        report.events = sum(e.event_count for es in ends.values() for e in es[1:])
+        report.seconds = finished - run.started  # from the first transaction to convergence
+        report.events_per_s = report.events / report.seconds if report.seconds > 0 else 0.0
+        if check:
+            versions, violations = check_versions(pipeline.plans, spec, oracle)
+            report.versions_checked = versions
+            report.violations = [str(v) for v in violations]
+        if check and scenario.invariants is not None:
+            delta = DeltaRsStore()
+            for name in pipeline.plans:
+                for commit in delta.history(spec.outputs[name].path):
+                    problem = scenario.invariants(
+                        name, delta.read(spec.outputs[name].path, commit.version).to_pylist()
+                    )
+                    if problem is not None:
+                        report.violations.append(
+                            f"{name} version {commit.version}: invariant broken: {problem}"
+                        )
+        if naive is not None and check:
+            report.naive_versions, report.naive_torn, report.naive_invariant_violations = _naive_torn(
+                naive, pipeline.plans, oracle, ends, scenario.invariants
+            )
+        series = _latency(run.committed, ends, pipeline.plans, spec)
+        report.latency_series = series
+        lat = [s for _, s in series]
+        if lat:
+            report.latency_p50_s = statistics.median(lat)
+            report.latency_p99_s = sorted(lat)[min(len(lat) - 1, int(len(lat) * 0.99))]
+        report.micro_batches = len(pipeline.history)
+        busy = [b for b in pipeline.history if b.commits]
+        if busy:
+            report.batch_stages_s["total"] = statistics.median(b.seconds for b in busy)
+            for stage in ("apply", "fetch", "recompute", "commit"):
+                report.batch_stages_s[stage] = statistics.median(b.timings.get(stage, 0.0) for b in busy)
+        report.outputs = {n: str(o.path) for n, o in spec.outputs.items()}
+        if naive is not None:
+            report.naive_outputs = {n: str(p) for n, p in naive.paths().items()}
+        oracle.close()
+        return report
+    finally:
+        dbs.stop()
 
 
 def _wait_first_versions(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureThreads) -> None:
