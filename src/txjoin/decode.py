@@ -1,11 +1,15 @@
 """Read a changelog as a Spark stream and decode Debezium envelopes into rows.
 
-Two inputs, one decoder:
+Three inputs, one decoder:
 
 - ``files``: the embedded changelog, every topic of the sources read through
   one file-stream source with a glob (``<root>/<source>.*/*.jsonl``). Each
   record's segment range comes from its file name, so assembly can see gaps
   in the transaction topic.
+- ``debezium``: topics a team's own Debezium wrote, as Kafka Connect's
+  FileStreamSink or a kcat dump leaves them: one JSON value per line, one
+  file (``<topic>``, ``<topic>.jsonl``) or directory per topic. Each file is
+  read once, when it appears: a topic grows by new files, not by appending.
 - ``kafka``: the same topics in Kafka (value = the same JSON). Needs Spark's
   Kafka package on the classpath, which this repository's tests cannot load;
   the decoder below is shared and tested with the file input.
@@ -18,6 +22,7 @@ an error naming the file: bad input is loud, never dropped.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,8 +30,9 @@ from typing import Any, Literal
 from txjoin.changelog import SEGMENT_FILE_PATTERN, SEGMENT_GLOB, topic_glob
 from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX, TRANSACTION_SUFFIX
 from txjoin.errors import ConfigError, MissingDependency
+from txjoin.spec import PipelineSpec, memory
 
-__all__ = ["EVENT_COLUMNS", "ChangelogInput", "decode", "raw_stream", "read_events"]
+__all__ = ["EVENT_COLUMNS", "ChangelogInput", "changelog_input", "decode", "raw_stream", "read_events"]
 
 #: Columns of the decoded rows, in order after ``source``: assembly's input.
 #: Integers use -1 for "absent" so columns stay int64.
@@ -59,7 +65,7 @@ _SEGMENT_RE = r"/([^/]+)/" + SEGMENT_FILE_PATTERN + "$"
 class ChangelogInput:
     """Where the pipeline reads change events from."""
 
-    kind: Literal["files", "kafka"] = "files"
+    kind: Literal["files", "kafka", "debezium"] = "files"
     #: Root of the embedded changelog (kind='files').
     path: Path | None = None
     #: Kafka consumer options, e.g. {"kafka.bootstrap.servers": "host:9092"}.
@@ -68,12 +74,23 @@ class ChangelogInput:
     max_batch_bytes: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("files", "kafka"):
-            raise ConfigError(f"changelog kind {self.kind!r} is invalid: valid values are 'files', 'kafka'")
-        if self.kind == "files" and self.path is None:
-            raise ConfigError("changelog kind 'files' needs a path")
+        if self.kind not in ("files", "kafka", "debezium"):
+            raise ConfigError(
+                f"changelog kind {self.kind!r} is invalid: valid values are 'files', 'kafka', 'debezium'"
+            )
+        if self.kind in ("files", "debezium") and self.path is None:
+            raise ConfigError(f"changelog kind {self.kind!r} needs a path")
         if self.kind == "kafka" and "kafka.bootstrap.servers" not in self.kafka_options:
             raise ConfigError("changelog kind 'kafka' needs kafka_options['kafka.bootstrap.servers']")
+
+
+def changelog_input(spec: PipelineSpec) -> ChangelogInput:
+    """Where ``spec``'s pipeline reads: txjoin's changelog, or the sources' Debezium topics."""
+    limit = memory(spec.options).batch_bytes
+    first = next(iter(spec.sources.values()))
+    if first.format == "debezium":
+        return ChangelogInput("debezium", first.topics, max_batch_bytes=limit)
+    return ChangelogInput("files", spec.changelog, max_batch_bytes=limit)
 
 
 def _envelope_schema() -> Any:
@@ -138,6 +155,24 @@ def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
             F.col("value"),
             F.regexp_extract(path, _SEGMENT_RE, 2).cast("long").alias("seg_first"),
             F.regexp_extract(path, _SEGMENT_RE, 3).cast("long").alias("seg_last"),
+            path.alias("path"),
+        )
+    if inp.kind == "debezium":
+        # Debezium's topics as a sink or kcat wrote them: a file (any name after the topic's)
+        # or a directory of files per topic; no segment ranges.
+        assert inp.path is not None
+        root = Path(inp.path).absolute()
+        reader = spark.readStream.format("text")
+        if inp.max_batch_bytes > 0:
+            reader = reader.option("maxBytesPerTrigger", str(inp.max_batch_bytes))
+        df = reader.load(topic_glob(root, sources))
+        path = F.col("_metadata.file_path")
+        first = F.regexp_extract(path, re.escape(str(root)) + r"/([^/]+)", 1)
+        return df.select(
+            F.regexp_replace(first, r"\.(jsonl|json|txt)$", "").alias("topic"),
+            F.col("value"),
+            F.lit(-1).cast("long").alias("seg_first"),
+            F.lit(-1).cast("long").alias("seg_last"),
             path.alias("path"),
         )
     pattern = "|".join(f"{s}\\..*" for s in sources)

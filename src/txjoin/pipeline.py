@@ -30,7 +30,7 @@ from txjoin import errors
 from txjoin.assemble.buffer import AssemblerConfig
 from txjoin.assemble.spark import assemble_stream
 from txjoin.cut import Cut
-from txjoin.decode import ChangelogInput, read_events
+from txjoin.decode import changelog_input, read_events
 from txjoin.errors import TxJoinError
 from txjoin.join.batch import BatchStats, JoinStage
 from txjoin.join.plan import OutputPlan
@@ -49,11 +49,7 @@ log = logging.getLogger(__name__)
 
 
 class Pipeline:
-    """One pipeline spec running on one Spark session.
-
-    ``tables`` replaces reading the sources' catalogs (benchmarks, restarts
-    that already have them).
-    """
+    """One pipeline spec running on one Spark session (``tables``: the sources' catalogs, if read)."""
 
     def __init__(
         self,
@@ -107,13 +103,15 @@ class Pipeline:
         """
         self.failure = None
         opts = self.spec.options
+        source = changelog_input(self.spec)
         cfg = AssemblerConfig(
             max_transaction_events=opts.max_transaction_events,
             stage_events=opts.stage_transaction_events,
             incomplete_timeout=opts.incomplete_timeout,
             on_incomplete=opts.on_incomplete,  # type: ignore[arg-type]
+            check_segments=source.kind == "files",
+            debezium_snapshots=source.kind == "debezium",
         )
-        source = ChangelogInput("files", self.spec.changelog, max_batch_bytes=memory(opts).batch_bytes)
         events = read_events(self.spark, source, sorted(self.spec.sources))
         released = assemble_stream(events, cfg)
         writer = released.writeStream.foreachBatch(self.process_batch).option(

@@ -60,6 +60,11 @@ class SourceSpec:
     #: Connections reading the initial snapshot in parallel, and the size of a chunk each reads.
     snapshot_workers: int = 2
     snapshot_chunk_mb: int = 64
+    #: 'txjoin': txjoin's capture writes the changelog; 'debezium': a team's own Debezium wrote
+    #: the topics in ``topics`` (the DSN then only serves the catalog and verification).
+    format: str = "txjoin"
+    #: Directory of Debezium's topics (format 'debezium'): one file or directory per topic.
+    topics: Path | None = None
 
     def capture_config(self, changelog: Path, **overrides: Any) -> CaptureConfig:
         settings: dict[str, Any] = {
@@ -267,7 +272,10 @@ def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | N
     for sname, s in raw_sources.items():
         where = f"{origin}: [sources.{sname}]"
         validate_prefix(sname)
-        allowed = {"dsn", "dsn_env", "tables", "slot", "publication", "snapshot_workers", "snapshot_chunk_mb"}
+        allowed = {
+            "dsn", "dsn_env", "tables", "slot", "publication", "snapshot_workers", "snapshot_chunk_mb",
+            "format", "topics",
+        }  # fmt: skip
         _check_keys(s, allowed, where)
         if "dsn" in s:
             dsn = str(s["dsn"])
@@ -285,8 +293,23 @@ def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | N
         for k, v in sizes.items():
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{where}: {k} must be a positive integer, not {v!r}")
+        fmt = str(s.get("format", "txjoin"))
+        if fmt not in ("txjoin", "debezium"):
+            raise ConfigError(f"{where}: format {fmt!r} is invalid: valid values are 'txjoin', 'debezium'")
+        if fmt == "debezium" and "topics" not in s:
+            raise ConfigError(f"{where}: format 'debezium' needs topics = DIR (one per topic)")
+        topics = None if "topics" not in s else local_path(str(s["topics"]), f"{where}: topics")
+        if topics is not None and not topics.is_absolute():
+            topics = base / topics
         sources[sname] = SourceSpec(
-            sname, dsn, tables, str(s.get("slot", "")), str(s.get("publication", "")), **sizes
+            sname, dsn, tables, str(s.get("slot", "")), str(s.get("publication", "")), **sizes,
+            format=fmt, topics=topics,
+        )  # fmt: skip
+    formats = {s.format for s in sources.values()}
+    if len(formats) > 1 or len({s.topics for s in sources.values()}) > 1:
+        raise ConfigError(
+            f"{origin}: sources must all be captured by txjoin, or all be Debezium topics in one "
+            "directory; mixing them in one pipeline is not supported yet"
         )
     seen: dict[QualifiedName, str] = {}
     for s in sources.values():
