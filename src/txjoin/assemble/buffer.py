@@ -39,7 +39,7 @@ import pandas as pd
 import pyarrow as pa
 
 from txjoin.assemble import staging
-from txjoin.assemble.dbz_snapshot import frame_snapshot, snapshot_pending
+from txjoin.assemble.dbz_snapshot import frame_snapshot, require_transaction_metadata, snapshot_pending
 from txjoin.decode import EVENT_COLUMNS
 from txjoin.errors import (
     AssemblyError,
@@ -419,6 +419,7 @@ def assemble(
         )
 
     if cfg.debezium_snapshots:
+        require_transaction_metadata(state.source, batch)
         batch = frame_snapshot(state.snap, batch, state.snapshot_released)
         kinds = batch["kind"] if not batch.empty else kinds
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["frame_snapshot", "snapshot_pending"]
+from txjoin.errors import ProtocolError
+
+__all__ = ["frame_snapshot", "require_transaction_metadata", "snapshot_pending"]
 
 _NEXT = ""  # key of the position counter in the state's dict (tables are "schema.table")
 
@@ -81,3 +83,21 @@ def frame_snapshot(snap: dict[str, int], batch: pd.DataFrame, released: bool) ->
 def snapshot_pending(snap: dict[str, int]) -> bool:
     """Whether snapshot rows arrived but not the last one: streamed transactions wait."""
     return any(t != _NEXT for t in snap)
+
+
+def require_transaction_metadata(source: str, batch: pd.DataFrame) -> None:
+    """Refuse streamed Debezium events without a transaction block: they cannot be assembled."""
+    if batch.empty:
+        return
+    bad = batch.loc[(batch["kind"] == "change") & (batch["snapshot"] == "false") & (batch["total_order"] < 0)]
+    if bad.empty:
+        return
+    row = bad.iloc[0]
+    raise ProtocolError(
+        f"source {source!r}: a streamed change of {row['table']} (transaction {int(row['xid'])}, LSN "
+        f"{int(row['lsn'])}) has no transaction block, so txjoin cannot tell where its transaction ends. "
+        "Set provide.transaction.metadata=true on the Debezium connector (events from then on carry it)",
+        source=source,
+        table=str(row["table"]),
+        xid=int(row["xid"]),
+    )
