@@ -5,9 +5,9 @@ The topics are written the way Debezium writes them: the snapshot as
 first/true/last (no BEGIN/END), streamed changes with their transaction
 blocks and ``<xid>:<lsn>`` ids, BEGIN/END on ``<prefix>.transaction``, half
 the values in JsonConverter's ``{"schema", "payload"}`` envelope, a tombstone
-after every delete, heartbeats; one file per table topic
-(``<topic>.jsonl``) and a directory for the transaction topic, as a kcat dump
-or FileStreamSink leaves them. The values come from txjoin's capture of a
+after every delete, a heartbeat; a directory per topic holding one file per
+transaction, in the order Debezium wrote them (the single-file layout is in
+test_debezium_conformance.py). The values come from txjoin's capture of a
 real PostgreSQL (same format, see tests/unit/test_conformance.py), the
 snapshot rows from its snapshot files. Every Delta version must equal the
 outputs' SQL on PostgreSQL at its cut.
