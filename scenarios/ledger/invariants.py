@@ -18,3 +18,12 @@ def check(output: str, rows: list[dict[str, Any]]) -> str | None:
         if total != INITIAL_TOTAL or len(rows) != 50:
             return f"{len(rows)} accounts hold {total}, not 50 accounts holding {INITIAL_TOTAL}"
     return None
+
+
+def metric(output: str, rows: list[dict[str, Any]]) -> float | None:
+    """What ``txjoin scenario run ledger --plot`` draws per version: the money in the ledger."""
+    if output == "total":
+        return float(rows[0]["total"]) if rows else None
+    if output == "balances":
+        return float(sum(r["balance"] for r in rows))
+    return None

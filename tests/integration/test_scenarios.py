@@ -20,6 +20,7 @@ from tests.support.capture import execute
 from txjoin.cli import main
 from txjoin.pg.embedded import EmbeddedPostgres
 from txjoin.scenario.definition import load_scenario
+from txjoin.scenario.plot import plot_report
 from txjoin.scenario.run import Report, run_scenario
 from txjoin.sink.delta import DeltaRsStore
 
@@ -106,6 +107,17 @@ def test_ledger_total_holds_at_every_version(spark: Any, pg_server: EmbeddedPost
         assert sum(r["balance"] for r in delta.read(balances, c.version).to_pylist()) == 50_000
     # The naive baseline, fed the same changes, shows money appearing and vanishing.
     assert report.naive_invariant_violations == report.naive_torn
+    # --plot draws it: per version, the total; txjoin's line is flat, the baseline's torn points marked.
+    mine = [p for p in report.timeline if p.side == "txjoin" and p.output == "total"]
+    assert len(mine) == len(versions)
+    assert {p.value for p in mine} == {50_000.0}
+    assert all(p.ok for p in report.timeline if p.side == "txjoin")
+    naive = [p for p in report.timeline if p.side == "naive"]
+    assert sum(not p.ok for p in naive) == report.naive_torn
+    assert all(p.value != 50_000.0 for p in naive if not p.ok)
+    png = plot_report(report, tmp_path / "ledger.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 10_000
 
 
 @pytest.fixture

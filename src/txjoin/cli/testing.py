@@ -105,6 +105,11 @@ def _scenario(args: argparse.Namespace) -> int:
         dsn=args.dsn,
         status=status,
     )
+    if args.plot:
+        from txjoin.scenario.plot import plot_report
+
+        drawn = plot_report(report, Path(args.plot))
+        print(f"plot of every version, naive baseline and txjoin: {drawn}", file=sys.stderr)
     if args.json:
         print(report.to_json())
     else:
@@ -159,6 +164,9 @@ def add_commands(sub: Any) -> None:
         "REPLICATION; the scenario creates its own databases)",
     )
     scn.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    scn.add_argument(
+        "--plot", metavar="FILE.png", help="draw every Delta version of txjoin and the naive baseline"
+    )
     scn.add_argument(
         "--home", default=".txjoin", help="where databases and Delta tables go (default: %(default)s)"
     )

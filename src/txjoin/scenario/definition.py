@@ -44,6 +44,9 @@ class Scenario:
     rate: float
     workload: Callable[..., Any]
     invariants: Callable[[str, list[dict[str, Any]]], str | None] | None
+    #: ``metric(output, rows) -> float | None`` from the invariants module: what ``--plot`` draws
+    #: per version (the ledger's total); without it the plot shows consistent or torn.
+    metric: Callable[[str, list[dict[str, Any]]], float | None] | None = None
 
     @property
     def spec_path(self) -> Path:
@@ -116,10 +119,11 @@ def load_scenario(name: str, extra: str | os.PathLike[str] | None = None) -> Sce
     mod = _module(path / "workload.py", name)
     if not hasattr(mod, "transactions"):
         raise ConfigError(f"{path / 'workload.py'} must define transactions(client, rng)")
-    inv = None
+    inv = metric = None
     if "invariants" in raw:
         inv_mod = _module(path / str(raw["invariants"].get("module", "invariants.py")), name)
         inv = inv_mod.check
+        metric = getattr(inv_mod, "metric", None)
     return Scenario(
         name=name,
         path=path,
@@ -130,4 +134,5 @@ def load_scenario(name: str, extra: str | os.PathLike[str] | None = None) -> Sce
         rate=float(wl.get("rate", 25)),
         workload=mod.transactions,
         invariants=inv,
+        metric=metric,
     )

@@ -23,7 +23,7 @@ import shutil
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,9 +49,21 @@ from txjoin.verify.oracle import Oracle, oracle_for
 from txjoin.verify.replay import TxEnd, read_transactions
 from txjoin.verify.versions import check_versions
 
-__all__ = ["Report", "run_scenario"]
+__all__ = ["Point", "Report", "run_scenario"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One Delta version on the scenario's timeline."""
+
+    side: str  # 'txjoin' or 'naive'
+    output: str
+    version: int
+    t_ms: int  # when the version was committed
+    ok: bool  # equal to the SQL at a real state of the sources (and keeps the invariants)
+    value: float | None  # the scenario's metric of the version, if it has one
 
 
 @dataclass
@@ -76,6 +88,8 @@ class Report:
     naive_outputs: dict[str, str] = field(default_factory=dict)
     #: (commit time, seconds until visible) per transaction, for benchmarks; not in the JSON.
     latency_series: list[tuple[float, float]] = field(default_factory=list, repr=False)
+    #: Per Delta version of txjoin and of the naive baseline: what ``--plot`` draws; not in the JSON.
+    timeline: list[Point] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -84,6 +98,7 @@ class Report:
     def to_json(self) -> str:
         d = asdict(self)
         d.pop("latency_series")
+        d.pop("timeline")
         d["ok"] = self.ok
         return json.dumps(d, indent=2)
 
@@ -188,28 +203,57 @@ def _rows_key(rows: list[dict[str, Any]], plan: OutputPlan) -> frozenset[tuple[A
     return frozenset(c.items())
 
 
+def _timeline(
+    report: Report, violations: list[Any], plans: Mapping[str, Any], spec: PipelineSpec, scenario: Scenario
+) -> None:
+    """txjoin's versions on the timeline, checked against the scenario's invariants too."""
+    delta = DeltaRsStore()
+    torn = {(v.output, v.version) for v in violations}
+    for name in plans:
+        path = spec.outputs[name].path
+        for commit in delta.history(path):
+            needed = scenario.invariants is not None or scenario.metric is not None
+            rows = delta.read(path, commit.version).to_pylist() if needed else []
+            problem = scenario.invariants(name, rows) if scenario.invariants is not None else None
+            if problem is not None:
+                report.violations.append(f"{name} version {commit.version}: invariant broken: {problem}")
+            value = scenario.metric(name, rows) if scenario.metric is not None else None
+            ok = (name, commit.version) not in torn and problem is None
+            report.timeline.append(Point("txjoin", name, commit.version, commit.timestamp_ms, ok, value))
+
+
 def _naive_torn(
     naive: NaiveBaseline,
     plans: dict[str, OutputPlan],
     oracle: Oracle,
     ends: dict[str, list[TxEnd]],
     invariants: Callable[[str, list[dict[str, Any]]], str | None] | None,
+    metric: Callable[[str, list[dict[str, Any]]], float | None] | None,
+    points: list[Point],
 ) -> tuple[int, int, int]:
-    """(versions, torn, invariant violations) of the naive baseline."""
+    """(versions, torn, invariant violations) of the naive baseline; ``points`` gets one per version."""
     delta = DeltaRsStore()
     states: dict[str, set[frozenset[tuple[Any, int]]]] = {}
     torn = broken = 0
+    times = {
+        o: {h.version: h.timestamp_ms for h in delta.history(naive.delta_root / o)}
+        for o in {v.output for v in naive.versions}
+    }
     for v in naive.versions:
         plan = plans[v.output]
         rows = delta.read(naive.delta_root / v.output, v.version).to_pylist()
-        if invariants is not None and invariants(v.output, rows) is not None:
-            broken += 1
+        bad = invariants is not None and invariants(v.output, rows) is not None
+        broken += bad
         key = _rows_key(rows, plan)
         out = oracle.outputs[v.output]
+        value = None if metric is None else metric(v.output, rows)
+        before = torn
         if len(out.sources) == 1:
             if v.output not in states:
                 states[v.output] = {_rows_key(r, plan) for r in oracle.results[v.output].values()}
             torn += key not in states[v.output]
+            ok = torn == before and not bad
+            points.append(Point("naive", v.output, v.version, times[v.output].get(v.version, 0), ok, value))
             continue
         # Several sources: a state the sources really had is, per source, a
         # prefix of whole transactions; compare with the SQL at the largest one.
@@ -220,10 +264,12 @@ def _naive_torn(
             whole &= w
             end = ends[s][max(floor, 1) - 1]
             cut[s] = Cut(end.end_lsn, end.xid)
-        if whole:
-            continue
-        if not oracle.known(v.output, cut) or key != _rows_key(oracle.expected(v.output, cut), plan):
+        if not whole and (
+            not oracle.known(v.output, cut) or key != _rows_key(oracle.expected(v.output, cut), plan)
+        ):
             torn += 1
+        ok = torn == before and not bad
+        points.append(Point("naive", v.output, v.version, times[v.output].get(v.version, 0), ok, value))
     return len(naive.versions), torn, broken
 
 
@@ -376,20 +422,11 @@ def run_scenario(
             versions, violations = check_versions(pipeline.plans, spec, oracle)
             report.versions_checked = versions
             report.violations = [str(v) for v in violations]
-        if check and scenario.invariants is not None:
-            delta = DeltaRsStore()
-            for name in pipeline.plans:
-                for commit in delta.history(spec.outputs[name].path):
-                    problem = scenario.invariants(
-                        name, delta.read(spec.outputs[name].path, commit.version).to_pylist()
-                    )
-                    if problem is not None:
-                        report.violations.append(
-                            f"{name} version {commit.version}: invariant broken: {problem}"
-                        )
+        if check:
+            _timeline(report, violations, pipeline.plans, spec, scenario)
         if naive is not None and check:
             report.naive_versions, report.naive_torn, report.naive_invariant_violations = _naive_torn(
-                naive, pipeline.plans, oracle, ends, scenario.invariants
+                naive, pipeline.plans, oracle, ends, scenario.invariants, scenario.metric, report.timeline
             )
         series = _latency(run.committed, ends, pipeline.plans, spec)
         report.latency_series = series
