@@ -37,7 +37,7 @@ pytestmark = [
 def _executors(event_dir: Path) -> set[str]:
     """Executor ids that ran tasks, from Spark's event logs."""
     ids: set[str] = set()
-    for log in event_dir.iterdir():
+    for log in (p for p in event_dir.rglob("*") if p.is_file()):
         for line in log.read_text().splitlines():
             event = json.loads(line)
             if event.get("Event") == "SparkListenerTaskEnd":
@@ -57,13 +57,16 @@ def test_pizzeria_on_a_standalone_cluster(pg_server: EmbeddedPostgres, tmp_path:
                 "--master", cluster.master_url,
                 "--option", "distributed_rows=0",
                 "--conf", "spark.eventLog.enabled=true",
+                "--conf", "spark.eventLog.compress=false",
+                "--conf", "spark.eventLog.rolling.enabled=false",
                 "--conf", f"spark.eventLog.dir=file://{events}",
                 "--conf", "spark.executor.memory=768m",
             ],
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
-        apps = cluster.state()["completedapps"]
+        state = cluster.state()
+        apps = [*state.get("activeapps", []), *state.get("completedapps", [])]  # type: ignore[misc]
     report = json.loads(done.stdout[done.stdout.index("{") :])
     assert report["violations"] == [], report["violations"]
     assert sum(report["versions_checked"].values()) > 0
