@@ -56,7 +56,7 @@ def _run(
     return sink
 
 
-@settings(max_examples=examples(ci=500, thorough=5000))
+@settings(max_examples=examples(ci=300, thorough=5000))
 @given(st.data())
 def test_released_sequence_is_the_committed_transactions_whole_once_in_order(
     data: st.DataObject,
@@ -111,7 +111,7 @@ def test_released_sequence_is_the_committed_transactions_whole_once_in_order(
         last_seq = seqs[-1]
 
 
-@settings(max_examples=examples(ci=300, thorough=3000))
+@settings(max_examples=examples(ci=150, thorough=3000))
 @given(st.data())
 def test_staged_transactions_are_applied_whole_once_in_order(data: st.DataObject) -> None:
     """With a tiny staging threshold, every transaction of two or more events is staged: its
@@ -151,7 +151,7 @@ def test_staged_transactions_are_applied_whole_once_in_order(data: st.DataObject
     assert rebuilt == expected
 
 
-@settings(max_examples=examples(ci=200, thorough=2000))
+@settings(max_examples=examples(ci=120, thorough=2000))
 @given(st.data())
 def test_nothing_is_released_before_all_earlier_transactions(data: st.DataObject) -> None:
     """Withhold one random segment: everything committed after the first

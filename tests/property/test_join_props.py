@@ -114,7 +114,7 @@ def _pinned(test: Any) -> Any:
     return test
 
 
-@settings(max_examples=examples(ci=25, thorough=200))
+@settings(max_examples=examples(ci=18, thorough=200))
 @given(case=cases())
 @_pinned
 def test_every_delta_version_equals_the_sql_on_postgresql(

@@ -166,7 +166,7 @@ def batches(draw: st.DrawFn) -> tuple[Schema, list[tuple[int, Row]], list[list[O
     return schema, initial, bs
 
 
-@settings(max_examples=examples(ci=300, thorough=3000))
+@settings(max_examples=examples(ci=150, thorough=3000))
 @given(case=batches())
 def test_affected_partitions_cover_every_change_and_closures_suffice(
     case: tuple[Schema, list[tuple[int, Row]], list[list[Op]]],
