@@ -210,8 +210,9 @@ class Pipeline:
         """``foreachBatch``'s function: apply, recompute and publish one micro-batch."""
         try:
             started = time.monotonic()
-            rows = df.toPandas() if not isinstance(df, pd.DataFrame) else df
             stats = BatchStats(batch_id)
+            rows = df.toPandas() if not isinstance(df, pd.DataFrame) else df
+            stats.add_time("collect", started)  # Spark runs read, decode and assembly here
             applied = self.join.apply(rows, batch_id, stats, table_exists=self.sink.table_exists)
             self.sink.publish(batch_id, applied, self.join, stats)
             self.progress = dict(applied.cuts)

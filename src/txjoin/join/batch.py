@@ -66,8 +66,8 @@ class BatchStats:
     held: list[str] = field(default_factory=list)  # outputs holding on a value they cannot read
     seconds: float = 0.0
     last_commit_ts_ms: dict[str, int] = field(default_factory=dict)  # source -> newest commit time seen
-    #: Seconds per stage: 'apply' (replicas + propagation), 'fetch' (closure rows),
-    #: 'recompute' (Spark SQL), 'commit' (Delta).
+    #: Seconds per stage: 'collect' (Spark: read, decode, assembly, rows to the driver),
+    #: 'apply' (replicas + propagation), 'fetch' (closure rows), 'recompute' (Spark SQL), 'commit' (Delta).
     timings: dict[str, float] = field(default_factory=dict)
 
     def add_time(self, stage: str, since: float) -> float:

@@ -1,0 +1,149 @@
+"""The fixed cost of a micro-batch: one-row transactions, commit to Delta, split by stage (issue [7 of 7]).
+
+An embedded PostgreSQL, capture and the Spark pipeline (one output: orders
+joined with their clients) run as ``txjoin run`` runs them. After the
+first versions, one-row transactions are committed one at a time, each
+after the previous one is visible, so every micro-batch carries exactly one
+transaction. Per transaction:
+
+- *visible*: commit on PostgreSQL to the Delta commit holding it (the
+  commit's timestamp in the Delta log);
+- the micro-batch that carried it, from Spark's progress and txjoin's own
+  stage timings: *planning* (latestOffset, getBatch, queryPlanning,
+  walCommit), *collect* (Spark runs read, decode and assembly and the rows
+  reach the driver), *apply*, *fetch*, *recompute*, *commit* (Delta),
+  *offsets* (commitOffsets), and the *rest*: waiting for capture's flush and
+  for the trigger.
+
+    .venv/bin/python -m bench.fixed_cost --txs 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+
+from bench.common import bench_postgres, bench_spark, machine, write_figures
+from txjoin.join.batch import BatchStats
+from txjoin.pg import admin
+from txjoin.pipeline import Pipeline
+from txjoin.runner import CaptureThreads
+from txjoin.sink.delta import DeltaRsStore
+from txjoin.spec import build_spec
+
+SCHEMA = """
+CREATE TABLE clients (id int PRIMARY KEY, name text NOT NULL);
+CREATE TABLE orders (id int PRIMARY KEY, client_id int NOT NULL, amount numeric(10,2) NOT NULL);
+INSERT INTO clients SELECT g, 'client ' || g FROM generate_series(1, 1000) g;
+INSERT INTO orders SELECT g, 1 + g % 1000, g % 97 FROM generate_series(1, 10000) g;
+"""
+SQL = (
+    "SELECT orders.id AS order_id, clients.name, orders.amount "
+    "FROM orders JOIN clients ON clients.id = orders.client_id"
+)
+SPARK_STAGES = ("latestOffset", "getBatch", "queryPlanning", "walCommit")
+
+
+def _progress(query: Any) -> dict[int, dict[str, float]]:
+    out = {}
+    for p in query.recentProgress:
+        d = p["durationMs"]
+        out[int(p["batchId"])] = {
+            k: float(d.get(k, 0)) / 1000
+            for k in (*SPARK_STAGES, "commitOffsets", "addBatch", "triggerExecution")
+        }
+    return out
+
+
+def run(txs: int, gap: float) -> dict[str, Any]:
+    with bench_postgres() as pg, bench_spark("txjoin-bench-fixed", "txjoin-bench-fixed-") as (spark, home):
+        dsn = admin.fresh_database(pg.dsn(), "fixed")
+        conn = psycopg2.connect(dsn)
+        with conn.cursor() as cur:
+            cur.execute(SCHEMA)
+        conn.commit()
+        spec = build_spec(
+            {
+                "name": "fixed",
+                "state_dir": str(home / "state"),
+                "sources": {"s": {"dsn": dsn, "tables": ["public.clients", "public.orders"]}},
+                "outputs": {"orders": {"key": ["order_id"], "sql": SQL}},
+            },
+            home,
+            "fixed-cost bench",
+        )
+        captures = CaptureThreads(spec)
+        captures.start()
+        batches: dict[int, BatchStats] = {}
+        pipeline = Pipeline(spec, spark, on_batch=lambda b: batches.__setitem__(b.batch, b))
+        delta = DeltaRsStore()
+        path = spec.outputs["orders"].path
+        rows: list[dict[str, float]] = []
+        try:
+            pipeline.start()
+            while not delta.exists(path):
+                pipeline.check()
+                time.sleep(0.1)
+            time.sleep(3)  # past the first batches' warm-up
+            for i in range(txs):
+                with conn.cursor() as cur:
+                    cur.execute("SELECT txid_current() % 4294967296")
+                    got = cur.fetchone()
+                    assert got is not None
+                    xid = int(got[0])
+                    cur.execute("UPDATE orders SET amount = amount + 1 WHERE id = %s", (1 + i,))
+                conn.commit()
+                committed = time.time()
+                while True:
+                    pipeline.check()
+                    last = delta.history(path)[-1]
+                    if last.cut["s"].xid == xid:
+                        break
+                    time.sleep(0.01)
+                visible = last.timestamp_ms / 1000 - committed
+                b = batches[int(last.batch or -1)]
+                spark_p = _progress(pipeline.query).get(b.batch, {})
+                row = {"visible": visible, "batch": b.seconds}
+                row["planning"] = sum(spark_p.get(k, 0.0) for k in SPARK_STAGES)
+                row["offsets"] = spark_p.get("commitOffsets", 0.0)
+                for stage in ("collect", "apply", "fetch", "recompute", "commit"):
+                    row[stage] = b.timings.get(stage, 0.0)
+                row["rest"] = visible - row["planning"] - b.seconds
+                rows.append(row)
+                time.sleep(gap)
+        finally:
+            pipeline.close()
+            captures.stop()
+            conn.close()
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    return {
+        "txs": txs,
+        "median": med,
+        "p90_visible": sorted(r["visible"] for r in rows)[int(len(rows) * 0.9)],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--txs", type=int, default=20)
+    ap.add_argument("--gap", type=float, default=0.5, help="seconds between a version and the next commit")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    print(f"fixed cost per micro-batch ({machine()}): {args.txs} one-row transactions, one per batch")
+    f = run(args.txs, args.gap)
+    m = f["median"]
+    print(f"  commit to visible: median {m['visible']:.2f} s, p90 {f['p90_visible']:.2f} s")
+    print("  | stage | median s |")
+    print("  |---|---|")
+    for stage in ("rest", "planning", "collect", "apply", "fetch", "recompute", "commit", "offsets"):
+        print(f"  | {stage} | {m[stage]:.3f} |")
+    write_figures(args.json, f)
+
+
+if __name__ == "__main__":
+    main()
