@@ -41,6 +41,7 @@ def commands(quick: bool) -> dict[str, list[str]]:
                 "bench.size", "--sizes", "200000", "--runs", "1", "--big", "40000", "--big-at", "200000",
             ],
             "e2e": ["bench.e2e", "--runs", "3", "--seconds", "10"],
+            "fixed_cost": ["bench.fixed_cost", "--txs", "10"],
             "consistency": ["bench.consistency", "--txs", "60"],
         }
     return {
@@ -55,6 +56,7 @@ def commands(quick: bool) -> dict[str, list[str]]:
             "--big", "2000000", "--big-at", "10000000",
         ],
         "e2e": ["bench.e2e", "--runs", "3", "--seconds", "30"],
+        "fixed_cost": ["bench.fixed_cost", "--txs", "30"],
         "consistency": ["bench.consistency", "--txs", "200"],
     }
 
@@ -293,6 +295,18 @@ def plots(f: dict[str, Any]) -> list[str]:
 
 def details(f: dict[str, Any]) -> list[str]:
     out: list[str] = []
+    if "fixed_cost" in f:
+        m = f["fixed_cost"]["median"]
+        out.append(
+            f"- Fixed cost of a micro-batch ({f['fixed_cost']['txs']} one-row transactions, one per batch): "
+            f"commit to visible median {m['visible']:.2f} s, p90 {f['fixed_cost']['p90_visible']:.2f} s. "
+            "Median seconds per stage: "
+            + ", ".join(
+                f"{k} {m[k]:.3f}"
+                for k in ("rest", "planning", "collect", "apply", "fetch", "recompute", "commit", "offsets")
+            )
+            + " (rest: capture's flush and the wait for the trigger)."
+        )
     if "assemble" in f and "million" in f["assemble"]:
         m = f["assemble"]["million"]
         out.append(

@@ -60,7 +60,7 @@ def _progress(query: Any) -> dict[int, dict[str, float]]:
     return out
 
 
-def run(txs: int, gap: float) -> dict[str, Any]:
+def run(txs: int, gap: float, trigger: str) -> dict[str, Any]:
     with bench_postgres() as pg, bench_spark("txjoin-bench-fixed", "txjoin-bench-fixed-") as (spark, home):
         dsn = admin.fresh_database(pg.dsn(), "fixed")
         conn = psycopg2.connect(dsn)
@@ -73,6 +73,7 @@ def run(txs: int, gap: float) -> dict[str, Any]:
                 "state_dir": str(home / "state"),
                 "sources": {"s": {"dsn": dsn, "tables": ["public.clients", "public.orders"]}},
                 "outputs": {"orders": {"key": ["order_id"], "sql": SQL}},
+                "options": {"trigger_interval": trigger},
             },
             home,
             "fixed-cost bench",
@@ -84,6 +85,7 @@ def run(txs: int, gap: float) -> dict[str, Any]:
         delta = DeltaRsStore()
         path = spec.outputs["orders"].path
         rows: list[dict[str, float]] = []
+        carried: list[tuple[int, float]] = []  # (batch id, seconds from commit to visible)
         try:
             pipeline.start()
             while not delta.exists(path):
@@ -106,8 +108,15 @@ def run(txs: int, gap: float) -> dict[str, Any]:
                         break
                     time.sleep(0.01)
                 visible = last.timestamp_ms / 1000 - committed
-                b = batches[int(last.batch or -1)]
-                spark_p = _progress(pipeline.query).get(b.batch, {})
+                while int(last.batch or -1) not in batches:  # its stats arrive once the batch returns
+                    time.sleep(0.01)
+                carried.append((int(last.batch or -1), visible))
+                time.sleep(gap)
+            time.sleep(1)  # Spark posts a batch's progress once it has ended
+            progress = _progress(pipeline.query)
+            for batch_id, visible in carried:
+                b = batches[batch_id]
+                spark_p = progress.get(batch_id, {})
                 row = {"visible": visible, "batch": b.seconds}
                 row["planning"] = sum(spark_p.get(k, 0.0) for k in SPARK_STAGES)
                 row["offsets"] = spark_p.get("commitOffsets", 0.0)
@@ -115,7 +124,6 @@ def run(txs: int, gap: float) -> dict[str, Any]:
                     row[stage] = b.timings.get(stage, 0.0)
                 row["rest"] = visible - row["planning"] - b.seconds
                 rows.append(row)
-                time.sleep(gap)
         finally:
             pipeline.close()
             captures.stop()
@@ -132,10 +140,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--txs", type=int, default=20)
     ap.add_argument("--gap", type=float, default=0.5, help="seconds between a version and the next commit")
+    ap.add_argument("--trigger", default="250 milliseconds", help="[options] trigger_interval")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    print(f"fixed cost per micro-batch ({machine()}): {args.txs} one-row transactions, one per batch")
-    f = run(args.txs, args.gap)
+    print(
+        f"fixed cost per micro-batch ({machine()}): {args.txs} one-row transactions, one per batch, "
+        f"trigger {args.trigger}"
+    )
+    f = run(args.txs, args.gap, args.trigger)
     m = f["median"]
     print(f"  commit to visible: median {m['visible']:.2f} s, p90 {f['p90_visible']:.2f} s")
     print("  | stage | median s |")

@@ -35,6 +35,9 @@ class CaptureConfig:
     roll_bytes: int = 8 << 20
     #: ...or once the oldest pending record is this old (seconds).
     roll_interval: float = 0.2
+    #: When the server has nothing more to send, pending records wait at most this long (seconds):
+    #: a quiet source's commits reach the changelog sooner than ``roll_interval``.
+    idle_flush_interval: float = 0.05
     #: Seconds between heartbeat records on an idle source.
     heartbeat_interval: float = 1.0
     #: Take an initial snapshot (Parquet beside the topics) when the slot is created.

@@ -349,7 +349,8 @@ class Capture:
                 handle(msg.payload, msg.data_start)
                 continue
             self._idle()
-            timeout = max(0.01, min(self.config.roll_interval, self.config.heartbeat_interval))
+            cfg = self.config
+            timeout = max(0.01, min(cfg.roll_interval, cfg.heartbeat_interval, cfg.idle_flush_interval))
             with contextlib.suppress(InterruptedError):
                 select.select([cur], [], [], timeout)
         self._flush_and_ack()
@@ -589,7 +590,9 @@ class Capture:
 
     def _idle(self) -> None:
         now = time.monotonic()
-        if self._tx is None and self.writer.pending_age() >= self.config.roll_interval:
+        # The server has nothing more for now: waiting longer only delays these records.
+        limit = min(self.config.roll_interval, self.config.idle_flush_interval)
+        if self._tx is None and self.writer.pending_age() >= limit:
             self._flush_and_ack()
         self._ack()
         # Heartbeats only on an idle source: under load, data keeps the
