@@ -60,8 +60,15 @@ def _progress(query: Any) -> dict[int, dict[str, float]]:
     return out
 
 
-def run(txs: int, gap: float, trigger: str) -> dict[str, Any]:
-    with bench_postgres() as pg, bench_spark("txjoin-bench-fixed", "txjoin-bench-fixed-") as (spark, home):
+def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, Any]:
+    spark_conf = {"conf": conf} if conf else {}
+    with (
+        bench_postgres() as pg,
+        bench_spark("txjoin-bench-fixed", "txjoin-bench-fixed-", **spark_conf) as (
+            spark,
+            home,
+        ),
+    ):
         dsn = admin.fresh_database(pg.dsn(), "fixed")
         conn = psycopg2.connect(dsn)
         with conn.cursor() as cur:
@@ -141,13 +148,14 @@ def main() -> None:
     ap.add_argument("--txs", type=int, default=20)
     ap.add_argument("--gap", type=float, default=0.5, help="seconds between a version and the next commit")
     ap.add_argument("--trigger", default="250 milliseconds", help="[options] trigger_interval")
+    ap.add_argument("--conf", action="append", default=[], metavar="spark.K=V", help="a Spark setting")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     print(
         f"fixed cost per micro-batch ({machine()}): {args.txs} one-row transactions, one per batch, "
         f"trigger {args.trigger}"
     )
-    f = run(args.txs, args.gap, args.trigger)
+    f = run(args.txs, args.gap, args.trigger, dict(c.split("=", 1) for c in args.conf))
     m = f["median"]
     print(f"  commit to visible: median {m['visible']:.2f} s, p90 {f['p90_visible']:.2f} s")
     print("  | stage | median s |")

@@ -91,6 +91,9 @@ def spark_session(
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
+        # Each batch's commit writes the state's changes, not a RocksDB snapshot (snapshots are
+        # taken in the background): one-row batches 1.02 -> 0.96 s commit to visible (bench.fixed_cost).
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         # PostgreSQL's timestamp has no time zone: naive Arrow timestamps become
         # TIMESTAMP_NTZ, as do TIMESTAMP literals and casts in translated SQL.
