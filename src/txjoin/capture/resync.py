@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import pyarrow.parquet as pq
 
 from txjoin.capture.config import CaptureConfig
-from txjoin.capture.snapshot import _plan, _sql, copy_rows
+from txjoin.capture.snapshot import chunk_sql, copy_rows, plan_chunks
 from txjoin.debezium.lsn import format_lsn, parse_lsn
 from txjoin.errors import ConfigError, SourceError
 from txjoin.pg.catalog import column_to_json, describe
@@ -120,13 +120,13 @@ def resync_table(
         lsn = parse_lsn(str(lsn_text))
         # Locked: no ALTER can run, so these are the columns of the rows copied below.
         described = describe(conn, [table], source=cfg.prefix, where=where)[table]
-        chunks, _ = _plan(conn, {table: described}, cfg.snapshot_chunk_mb << 20)
+        chunks, _ = plan_chunks(conn, {table: described}, cfg.snapshot_chunk_mb << 20)
         copy = f"{int(xid)}-{lsn}"
         files: list[str] = []
         rows = 0
         with conn.cursor() as cur:
             for chunk in chunks:
-                data = copy_rows(cur, described, _sql(described, chunk))
+                data = copy_rows(cur, described, chunk_sql(described, chunk))
                 path = files_to.part(copy, cfg.topic(table), chunk.part)
                 pq.write_table(data, path, row_group_size=128 * 1024)
                 files.append(f"{path.parent.name}/{path.name}")

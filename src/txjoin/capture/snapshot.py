@@ -45,7 +45,7 @@ from txjoin.pg.catalog import Table, describe
 from txjoin.pg.connect import connect, describe_dsn
 from txjoin.pg.names import QualifiedName, quote_ident
 
-__all__ = ["Progress", "copy_rows", "take_snapshot"]
+__all__ = ["Progress", "chunk_sql", "copy_rows", "plan_chunks", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Progress:
     started: float
 
 
-def _plan(
+def plan_chunks(
     conn: Any, tables: dict[QualifiedName, Table], chunk_bytes: int
 ) -> tuple[list[_Chunk], dict[str, int]]:
     """Chunks of every table, and each table's estimated row count."""
@@ -96,7 +96,7 @@ def _plan(
     return chunks, estimate
 
 
-def _sql(table: Table, chunk: _Chunk) -> str:
+def chunk_sql(table: Table, chunk: _Chunk) -> str:
     cols = ", ".join(quote_ident(c.name) for c in table.columns)
     if chunk.lo is None:
         # Identifiers are quoted; nothing else reaches the statement.
@@ -160,7 +160,7 @@ def take_snapshot(
         xid, ts_us = int(xid_text), int(ts_text)
         # The catalog as of the snapshot: the columns the rows below have.
         tables = describe(conn, cfg.tables, source=cfg.prefix, where=where)
-        chunks, estimate = _plan(conn, tables, cfg.snapshot_chunk_mb << 20)
+        chunks, estimate = plan_chunks(conn, tables, cfg.snapshot_chunk_mb << 20)
     finally:
         conn.close()
     snapshot = f"{xid}-{consistent_lsn}"
@@ -238,7 +238,7 @@ def _read_all(
                     except queue.Empty:
                         return
                     table = tables[chunk.table]
-                    rows = copy_rows(cur, table, _sql(table, chunk))
+                    rows = copy_rows(cur, table, chunk_sql(table, chunk))
                     path = writer.snapshot_file(snapshot, cfg.topic(chunk.table), chunk.part)
                     pq.write_table(rows, path, row_group_size=128 * 1024)
                     with lock:

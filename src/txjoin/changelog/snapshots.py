@@ -124,16 +124,25 @@ def read_manifest(root: str | os.PathLike[str], ref: str) -> Manifest:
     )
 
 
-def resync_manifests(root: str | os.PathLike[str], source: str) -> list[tuple[str, str, int]]:
-    """The published resyncs of ``source``: (manifest reference, "schema.table", LSN)."""
+def resync_manifests(
+    root: str | os.PathLike[str], source: str, known: dict[Path, tuple[str, str, int]] | None = None
+) -> list[tuple[str, str, int]]:
+    """The published resyncs of ``source``: (manifest reference, "schema.table", LSN).
+
+    ``known`` caches resyncs already read (a committed resync never changes), so a
+    caller asking every micro-batch reads each manifest once.
+    """
     d = Path(root) / SNAPSHOTS_DIR / source / RESYNC
+    known = {} if known is None else known
     out = []
     for sub in sorted(d.iterdir()) if d.is_dir() else []:
-        path = sub / MANIFEST
-        if not path.exists() or not (sub / COMMITTED).exists():
-            continue  # interrupted, or not committed on the source (yet)
-        m = json.loads(path.read_text())
-        out.append((str(path.relative_to(Path(root))), str(m["resync"]["table"]), int(m["lsn"])))
+        if sub not in known:
+            path = sub / MANIFEST
+            if not path.exists() or not (sub / COMMITTED).exists():
+                continue  # interrupted, or not committed on the source (yet)
+            m = json.loads(path.read_text())
+            known[sub] = (str(path.relative_to(Path(root))), str(m["resync"]["table"]), int(m["lsn"]))
+        out.append(known[sub])
     return out
 
 

@@ -127,6 +127,7 @@ class JoinStage:
         self.engine = SparkEngine(spark, planned.tables)
         self._used = planned.used_by_table()
         self.watch = SchemaWatch(spec.changelog, sorted(spec.sources), str(spec.path or "SPEC"))
+        self._recorded: Planned | None = None  # the plan whose tables' columns the store holds
         #: The initial load's progress (progress displays).
         self.progress = LoadProgress()
         self._compute = duckdb.connect()  # Arrow-only work: the result guard
@@ -322,6 +323,7 @@ class JoinStage:
             self._record_schemas()
         except BaseException:
             store.rollback()
+            self._recorded = None
             if self.planned is not before:
                 self._set_planned(before)
             raise
@@ -387,11 +389,15 @@ class JoinStage:
                 self.store.set_view(spec)
 
     def _record_schemas(self) -> None:
-        """Keep the store's view of every table's columns (what later starts plan with)."""
+        """Keep the store's view of every table's columns (what later starts plan with): once per
+        plan, not every batch (a rolled-back batch clears ``_recorded``)."""
+        if self._recorded is self.planned:
+            return
         known = self.store.meta("schemas", {})
         now = {str(t): [column_to_json(c) for c in table.columns] for t, table in self.planned.tables.items()}
         if known != now:
             self.store.set_meta("schemas", {**known, **now})
+        self._recorded = self.planned
 
     def _resync(self, manifest: Manifest, ref: str, stats: BatchStats) -> QualifiedName:
         """Replace a table's replica with a resync's copy (its columns as they are now), replan."""

@@ -116,11 +116,12 @@ def plan_pipeline(spec: PipelineSpec, tables: Mapping[QualifiedName, Table] | No
     """
     if tables is None:
         tables = describe_sources(spec)
-    stored = dict(read_meta(spec.replicas, "schemas") or {})
+    meta = read_meta(spec.replicas, "schemas", "resynced")
+    stored = dict(meta.get("schemas") or {})
     # A resync not applied yet: its table is planned with the copy's columns (the outputs
     # reading it wait for the copy; the table's older changes are skipped).
     watch = SchemaWatch(spec.changelog, sorted(spec.sources), str(spec.path or "SPEC"))
-    for name, pending in watch.pending(list(read_meta(spec.replicas, "resynced") or [])).items():
+    for name, pending in watch.pending(list(meta.get("resynced") or [])).items():
         resync = read_manifest(spec.changelog, pending.ref).resync
         if resync is not None:
             stored[str(name)] = resync["columns"]

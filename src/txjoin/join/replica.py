@@ -557,19 +557,19 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def read_meta(path: Path, key: str) -> Any:
-    """A metadata value of the store at ``path`` without opening it for writing (None: no store,
+def read_meta(path: Path, *keys: str) -> dict[str, Any]:
+    """Metadata values of the store at ``path`` without opening it for writing (absent: no store,
     no value, or the store is busy; opening it for writing then says why)."""
     if not Path(path).exists():
-        return None
+        return {}
     try:
         con = duckdb.connect(str(path), read_only=True)
     except duckdb.Error:
-        return None
+        return {}
     try:
-        rows = con.execute("SELECT v FROM _meta WHERE k = ?", [key]).fetchall()
+        rows = con.execute("SELECT k, v FROM _meta WHERE list_contains(?, k)", [list(keys)]).fetchall()
     except duckdb.Error:
-        return None
+        return {}
     finally:
         con.close()
-    return json.loads(rows[0][0]) if rows else None
+    return {str(k): json.loads(v) for k, v in rows}

@@ -58,12 +58,13 @@ class SchemaWatch:
         self.sources = sources
         self.spec_path = spec_path
         self.history = SchemaHistory(changelog)
+        self._resyncs: dict[Path, tuple[str, str, int]] = {}  # committed resyncs read so far
 
     def pending(self, applied: list[str]) -> dict[QualifiedName, Pending]:
         """Resyncs not applied yet (the latest per table)."""
         out: dict[QualifiedName, Pending] = {}
         for source in self.sources:
-            for ref, table, lsn in resync_manifests(self.changelog, source):
+            for ref, table, lsn in resync_manifests(self.changelog, source, self._resyncs):
                 if ref in applied:
                     continue
                 name = parse_table_name(table)
