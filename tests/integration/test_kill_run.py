@@ -32,6 +32,7 @@ import pytest
 from tests.support.capture import current_xid, execute
 from tests.support.oracle import Oracle, check_every_version
 from tests.support.profiles import THOROUGH
+from tests.support.specs import write_spec
 from txjoin.capture.resync import resync_table
 from txjoin.changelog.snapshots import ResyncDir
 from txjoin.join.planned import plan_outputs
@@ -57,18 +58,11 @@ KEYS = {"per_a": ["id"], "bs": ["id"]}
 
 
 def _spec_file(tmp: Path, dsn: str) -> Path:
-    lines = [
-        'name = "kills"',
-        f'state_dir = "{tmp / "state"}"',
-        "[sources.s]",
-        f'dsn = "{dsn}"',
-        'tables = ["public.a", "public.b"]',
-    ]
-    for name, sql in OUTPUTS.items():
-        lines += [f"[outputs.{name}]", f'key = ["{KEYS[name][0]}"]', f'sql = """{sql}"""']
-    path = tmp / "kills.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    outputs = {name: (KEYS[name], sql) for name, sql in OUTPUTS.items()}
+    return write_spec(
+        tmp / "kills.toml", name="kills", state_dir=tmp / "state", source="s", dsn=dsn,
+        tables=["public.a", "public.b"], outputs=outputs,
+    )  # fmt: skip
 
 
 class Workload:

@@ -24,6 +24,7 @@ import pytest
 
 from tests.support.capture import current_xid, execute, query, running_capture, wait_for_xids
 from tests.support.profiles import THOROUGH
+from tests.support.specs import write_spec
 from txjoin.changelog import ChangelogReader
 from txjoin.sink.delta import DeltaRsStore
 from txjoin.spec import load_spec
@@ -56,23 +57,16 @@ BIG_FAULTS = (
 
 
 def _spec_file(tmp: Path, dsn: str) -> Path:
-    lines = [
-        'name = "bigload"',
-        f'state_dir = "{tmp / "state"}"',
-        "[sources.shop]",
-        f'dsn = "{dsn}"',
-        'tables = ["public.orders", "public.clients"]',
-        "[options]",
-        "distributed_rows = 1000",  # the first versions and the large transaction: Spark jobs
-        "stage_transaction_events = 2000",
-        "stage_chunk_rows = 5000",
-        "max_batch_bytes = 1000000",
-    ]
-    for name, (key, sql) in OUTPUTS.items():
-        lines += [f"[outputs.{name}]", f"key = {key!r}".replace("'", '"'), f'sql = """{sql}"""']
-    path = tmp / "bigload.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    options = {
+        "distributed_rows": 1000,  # the first versions and the large transaction: Spark jobs
+        "stage_transaction_events": 2000,
+        "stage_chunk_rows": 5000,
+        "max_batch_bytes": 1000000,
+    }
+    return write_spec(
+        tmp / "bigload.toml", name="bigload", state_dir=tmp / "state", source="shop", dsn=dsn,
+        tables=["public.orders", "public.clients"], outputs=OUTPUTS, options=options,
+    )  # fmt: skip
 
 
 def _child(args: list[str], fault: str | None) -> subprocess.CompletedProcess[str]:

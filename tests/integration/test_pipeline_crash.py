@@ -23,6 +23,7 @@ import pytest
 
 from tests.support.capture import current_xid, execute, running_capture, wait_for_xids
 from tests.support.oracle import Oracle, check_every_version
+from tests.support.specs import write_spec
 from txjoin.changelog import ChangelogReader
 from txjoin.join.replica import ReplicaStore
 from txjoin.pipeline import Pipeline
@@ -51,18 +52,10 @@ OUTPUTS = {
 
 
 def _spec_file(tmp: Path, dsn: str) -> Path:
-    lines = [
-        'name = "crash"',
-        f'state_dir = "{tmp / "state"}"',
-        "[sources.bank]",
-        f'dsn = "{dsn}"',
-        'tables = ["public.owners", "public.accounts"]',
-    ]
-    for name, (key, sql) in OUTPUTS.items():
-        lines += [f"[outputs.{name}]", f"key = {key!r}".replace("'", '"'), f'sql = """{sql}"""']
-    path = tmp / "crash.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_spec(
+        tmp / "crash.toml", name="crash", state_dir=tmp / "state", source="bank", dsn=dsn,
+        tables=["public.owners", "public.accounts"], outputs=OUTPUTS,
+    )  # fmt: skip
 
 
 def _transactions(dsn: str, oracle: Oracle, n: int, seed: int) -> list[int]:

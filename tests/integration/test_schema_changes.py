@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.capture import commit, execute, query, running_capture, wait_for_xids
+from tests.support.specs import write_spec
 from txjoin.cli import main
 from txjoin.errors import SchemaChangeError
 from txjoin.pipeline import Pipeline
@@ -41,21 +42,10 @@ EXTRA = "SELECT a.id, a.extra FROM a"
 
 
 def _write_spec(path: Path, dsn: str, state: Path, outputs: dict[str, tuple[list[str], str]]) -> Path:
-    lines = [
-        'name = "evolve"',
-        f'state_dir = "{state}"',
-        "[sources.s]",
-        f'dsn = "{dsn}"',
-        'tables = ["public.a", "public.b"]',
-    ]
-    for name, (key, sql) in outputs.items():
-        lines += [
-            f"[outputs.{name}]",
-            "key = [" + ", ".join(f'"{k}"' for k in key) + "]",
-            f'sql = """{sql}"""',
-        ]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_spec(
+        path, name="evolve", state_dir=state, source="s", dsn=dsn, tables=["public.a", "public.b"],
+        outputs=outputs,
+    )  # fmt: skip
 
 
 def _equal(spec: Any, name: str, sql: str, key: tuple[str, ...]) -> None:
