@@ -103,11 +103,10 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
             if label.startswith("_") or label == "million":
                 continue
             r = a["ratio"]
-            ok = med(a["assemble_per_s"]) >= 50_000 and med(r) >= 0.5
             rows.append((
                 f"decode + assembly, {label}, events/s", rng(a["assemble_per_s"]),
-                "read + decode only: " + rng(a["read_per_s"]), rng(r, ".2f"), ">= 50,000/s and >= 0.5",
-                "yes" if ok else "no",
+                "read + decode only: " + rng(a["read_per_s"]), rng(r, ".2f"), ">= 0.8 of read + decode",
+                "yes" if med(r) >= 0.8 else "no",
             ))  # fmt: skip
     if "apply" in f:
         a = f["apply"]
@@ -167,14 +166,16 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
         rows.append((
             "end to end (capture to Delta), row events/s", rng(t),
             "capture alone: " + (f"{capture:,.0f}" if capture else "n/a"),
-            f"{med(t) / capture:.2f}" if capture else "n/a", ">= 20,000/s",
-            "yes" if med(t) >= 20_000 else "no",
+            f"{med(t) / capture:.2f}" if capture else "n/a", ">= 0.4 of capture alone",
+            ("yes" if med(t) >= 0.4 * capture else "no") if capture else "",
         ))  # fmt: skip
         for share, lat in e["latency"].items():
+            at_half = abs(float(share) - 0.5) < 1e-9  # the issue's target is at 50% of the maximum
+            ok = med(lat["p50_s"]) <= 1 and med(lat["p99_s"]) <= 2
             rows.append((
                 f"commit-to-visible at {float(share):.0%} of max ({lat['rate']:,.1f} tx/s)",
                 f"p50 {rng(lat['p50_s'], '.2f')} s, p99 {rng(lat['p99_s'], '.2f')} s", "", "",
-                "p50 <= 2 s", "yes" if med(lat["p50_s"]) <= 2 else "no",
+                "p50 <= 1 s, p99 <= 2 s" if at_half else "", ("yes" if ok else "no") if at_half else "",
             ))  # fmt: skip
         k = e["keep_up"]
         rows.append((
@@ -184,6 +185,20 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
             f"{k['reached_tx_per_s'] / med(k['postgres_max_tx_per_s']):.2f}", "reaches the max, bounded lag",
             "yes" if k["lag_growth_s_per_min"] < 1.0 and k["reached_tx_per_s"] >= 0.95 * k["offered_tx_per_s"]
             else "no",
+        ))  # fmt: skip
+    if "fixed_cost" in f:
+        fc = f["fixed_cost"]
+        rows.append((
+            "fixed cost: one one-row transaction, commit to visible (one micro-batch each)",
+            f"median {fc['median']['visible']:.2f} s, p90 {fc['p90_visible']:.2f} s",
+            "", "", "", "",
+        ))  # fmt: skip
+    demo = f.get("consistency", {}).get("pizzeria", {})
+    if demo.get("p50_s") is not None:
+        rows.append((
+            "commit-to-visible in the pizzeria scenario (what `make demo` runs, checks and naive baseline on)",
+            f"p50 {demo['p50_s']:.2f} s" + (f", p99 {demo['p99_s']:.2f} s" if demo.get("p99_s") else ""),
+            "", "", "p50 <= 1 s", "yes" if demo["p50_s"] <= 1 else "no",
         ))  # fmt: skip
     for name, c in f.get("consistency", {}).items():
         if name.startswith("_"):
@@ -262,7 +277,8 @@ def plots(f: dict[str, Any]) -> list[str]:
         xs = [float(s) * 100 for s in shares]
         ax.plot(xs, [med(e["latency"][s]["p50_s"]) for s in shares], "o-", label="p50")
         ax.plot(xs, [med(e["latency"][s]["p99_s"]) for s in shares], "s-", label="p99")
-        ax.axhline(2, color="#999999", linestyle=":", label="p50 target")
+        ax.axhline(1, color="#999999", linestyle=":", label="p50 target at 50%")
+        ax.axhline(2, color="#cccccc", linestyle="--", label="p99 target at 50%")
         ax.set_xlabel("load, % of the maximum throughput")
         ax.set_ylabel("commit-to-visible, s")
         ax.set_title("Commit-to-visible latency under load")
@@ -383,7 +399,7 @@ def render(f: dict[str, Any], made: list[str]) -> str:
     for row in summary_rows(f):
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "## Details", "", *details(f), "", "## Commands", ""]
-    for stage in ("capture", "assemble", "apply", "join", "size", "e2e", "consistency"):
+    for stage in ("capture", "assemble", "apply", "join", "size", "e2e", "fixed_cost", "consistency"):
         if stage in f:
             lines.append(f"- {stage}: `{f[stage]['_command']}` ({f[stage]['_seconds'] / 60:.1f} min)")
     if made:
@@ -401,7 +417,7 @@ def main() -> None:
         "--quick", action="store_true", help="smaller sizes (a smoke run; figures are not comparable)"
     )
     ap.add_argument(
-        "--only", help="comma-separated stages: capture, assemble, apply, join, size, e2e, consistency"
+        "--only", help="comma-separated stages: capture, assemble, apply, join, size, e2e, fixed_cost, consistency"
     )
     ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from bench/figures.json")
     args = ap.parse_args()

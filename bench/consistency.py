@@ -53,6 +53,7 @@ def main() -> None:
                 "naive_torn": r.naive_torn,
                 "naive_invariant_violations": r.naive_invariant_violations,
                 "p50_s": r.latency_p50_s,
+                "p99_s": r.latency_p99_s,
             }
             print(
                 f"{name}: {r.transactions} transactions, {r.events:,} events; txjoin "
