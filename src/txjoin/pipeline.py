@@ -28,7 +28,7 @@ import pandas as pd
 
 from txjoin import errors
 from txjoin.assemble.buffer import AssemblerConfig
-from txjoin.assemble.spark import assemble_stream
+from txjoin.assemble.spark import assemble_stream, state_partitions
 from txjoin.cut import Cut
 from txjoin.decode import changelog_input, read_events
 from txjoin.errors import TxJoinError
@@ -121,7 +121,8 @@ class Pipeline:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=opts.trigger_interval)
-        self.query = writer.queryName(f"txjoin_{self.spec.name}").start()
+        with state_partitions(self.spark, len(self.spec.sources)):
+            self.query = writer.queryName(f"txjoin_{self.spec.name}").start()
         self.last_progress = time.monotonic()
         return self.query
 

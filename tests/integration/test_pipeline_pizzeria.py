@@ -133,6 +133,11 @@ def test_every_delta_version_equals_the_order_join_on_postgresql(
     final = check_final(pipeline, oracle)
     assert final > 5
     oracle.close()
+    # One source, one group: the assembly's state has one partition, and the join stage's queries
+    # keep the session's shuffle partitions.
+    first = (spec.checkpoint / "offsets" / "0").read_text()
+    assert '"spark.sql.shuffle.partitions":"1"' in first, first
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
 
 
 def _check_all(*checks: Any) -> None:

@@ -10,6 +10,7 @@ source. This module only converts between Spark's ``GroupState`` and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import pandas as pd
 from txjoin.assemble.buffer import OUTPUT_COLUMNS, AssemblerConfig, AssemblyState, assemble
 from txjoin.decode import EVENT_COLUMNS
 
-__all__ = ["OUTPUT_SCHEMA", "STATE_SCHEMA", "assemble_stream", "state_function"]
+__all__ = ["OUTPUT_SCHEMA", "STATE_SCHEMA", "assemble_stream", "state_function", "state_partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -73,3 +74,18 @@ def assemble_stream(events: Any, cfg: AssemblerConfig) -> Any:
         outputMode="append",
         timeoutConf=GroupStateTimeout.NoTimeout,
     )
+
+
+@contextlib.contextmanager
+def state_partitions(spark: Any, sources: int) -> Iterator[None]:
+    """Start a streaming query inside this block to give its assembly at most one state partition per
+    source: each source is one group, so further partitions only add an empty task and a state store
+    commit to every micro-batch. Spark fixes the count in a new checkpoint (an existing one keeps its
+    own); the session's setting, which the join stage's queries use, is restored on leaving."""
+    key = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(max(1, min(int(before), sources))))
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
