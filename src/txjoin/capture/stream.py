@@ -350,7 +350,10 @@ class Capture:
                 continue
             self._idle()
             cfg = self.config
-            timeout = max(0.01, min(cfg.roll_interval, cfg.heartbeat_interval, cfg.idle_flush_interval))
+            timeout = min(cfg.roll_interval, cfg.heartbeat_interval, cfg.idle_flush_interval)
+            if self.writer.pending_age():  # wake when pending records are due, not a whole interval later
+                timeout = min(timeout, cfg.idle_flush_interval - self.writer.pending_age())
+            timeout = max(0.005, timeout)
             with contextlib.suppress(InterruptedError):
                 select.select([cur], [], [], timeout)
         self._flush_and_ack()
