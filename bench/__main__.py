@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import fixed_cost
+
 HERE = Path(__file__).parent
 FIGURES = HERE / "figures.json"  # the last figures of every stage, so --only can re-render all
 PLOTS = HERE / "plots"
@@ -196,7 +198,7 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
     demo = f.get("consistency", {}).get("pizzeria", {})
     if demo.get("p50_s") is not None:
         rows.append((
-            "commit-to-visible in the pizzeria scenario (what `make demo` runs, checks and naive baseline on)",
+            "commit-to-visible, pizzeria scenario (what `make demo` runs; checks and naive baseline on)",
             f"p50 {demo['p50_s']:.2f} s" + (f", p99 {demo['p99_s']:.2f} s" if demo.get("p99_s") else ""),
             "", "", "p50 <= 1 s", "yes" if demo["p50_s"] <= 1 else "no",
         ))  # fmt: skip
@@ -319,9 +321,11 @@ def details(f: dict[str, Any]) -> list[str]:
             "Median seconds per stage: "
             + ", ".join(
                 f"{k} {m[k]:.3f}"
-                for k in ("rest", "planning", "collect", "apply", "fetch", "recompute", "commit", "offsets")
+                for k in fixed_cost.STAGES
+                if k in m
             )
-            + " (rest: capture's flush and the wait for the trigger)."
+            + " (capture: commit to its changelog segment; trigger: that segment to the trigger's start; "
+            "other: the rest of the batch up to the Delta commit; offsets: after it)."
         )
     if "assemble" in f and "million" in f["assemble"]:
         m = f["assemble"]["million"]
@@ -417,7 +421,8 @@ def main() -> None:
         "--quick", action="store_true", help="smaller sizes (a smoke run; figures are not comparable)"
     )
     ap.add_argument(
-        "--only", help="comma-separated stages: capture, assemble, apply, join, size, e2e, fixed_cost, consistency"
+        "--only",
+        help="comma-separated stages: capture, assemble, apply, join, size, e2e, fixed_cost, consistency",
     )
     ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from bench/figures.json")
     args = ap.parse_args()

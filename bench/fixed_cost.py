@@ -9,11 +9,12 @@ transaction. Per transaction:
 - *visible*: commit on PostgreSQL to the Delta commit holding it (the
   commit's timestamp in the Delta log);
 - the micro-batch that carried it, from Spark's progress and txjoin's own
-  stage timings: *planning* (latestOffset, getBatch, queryPlanning,
+  stage timings: *capture* (commit to the changelog segment holding it),
+  *trigger* (that segment to the trigger's start), *planning* (latestOffset, getBatch, queryPlanning,
   walCommit), *collect* (Spark runs read, decode and assembly and the rows
   reach the driver), *apply*, *fetch*, *recompute*, *commit* (Delta),
-  *offsets* (commitOffsets), and the *rest*: waiting for capture's flush and
-  for the trigger.
+  *other* (the rest of the batch up to the Delta commit: py4j, callbacks) and
+  *offsets* (commitOffsets, after the Delta commit).
 
     .venv/bin/python -m bench.fixed_cost --txs 20
 """
@@ -21,6 +22,7 @@ transaction. Per transaction:
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import statistics
 import time
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any
 import psycopg2
 
 from bench.common import bench_postgres, bench_spark, machine, write_figures
+from txjoin.debezium.topics import transaction_topic
 from txjoin.join.batch import BatchStats
 from txjoin.pg import admin
 from txjoin.pipeline import Pipeline
@@ -47,6 +50,10 @@ SQL = (
     "FROM orders JOIN clients ON clients.id = orders.client_id"
 )
 SPARK_STAGES = ("latestOffset", "getBatch", "queryPlanning", "walCommit")
+#: The split of commit to visible, in order (see the module docstring).
+STAGES = (
+    "capture", "trigger", "planning", "collect", "apply", "fetch", "recompute", "commit", "other", "offsets",
+)  # fmt: skip
 
 
 def _progress(query: Any) -> dict[int, dict[str, float]]:
@@ -57,7 +64,18 @@ def _progress(query: Any) -> dict[int, dict[str, float]]:
             k: float(d.get(k, 0)) / 1000
             for k in (*SPARK_STAGES, "commitOffsets", "addBatch", "triggerExecution")
         }
+        # When the trigger started (Spark's progress timestamp, UTC).
+        started = dt.datetime.strptime(p["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+        out[int(p["batchId"])]["started"] = started.timestamp()
     return out
+
+
+def _segment_written(topic: Path, xid: int) -> float:
+    """When capture wrote the segment that holds transaction ``xid``'s END (its mtime)."""
+    for seg in sorted(topic.glob("*.jsonl"), reverse=True)[:8]:
+        if f'"id": "{xid}:' in seg.read_text() or f'"id":"{xid}:' in seg.read_text():
+            return seg.stat().st_mtime
+    raise RuntimeError(f"no segment of {topic} holds transaction {xid}")
 
 
 def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, Any]:
@@ -92,7 +110,9 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
         delta = DeltaRsStore()
         path = spec.outputs["orders"].path
         rows: list[dict[str, float]] = []
-        carried: list[tuple[int, float]] = []  # (batch id, seconds from commit to visible)
+        # (batch id, seconds from commit to visible, commit time, Delta commit time)
+        carried: list[tuple[int, float, float, float]] = []
+        written: list[float] = []  # when capture's segment holding each transaction's END appeared
         try:
             pipeline.start()
             while not delta.exists(path):
@@ -117,11 +137,12 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
                 visible = last.timestamp_ms / 1000 - committed
                 while int(last.batch or -1) not in batches:  # its stats arrive once the batch returns
                     time.sleep(0.01)
-                carried.append((int(last.batch or -1), visible))
+                carried.append((int(last.batch or -1), visible, committed, last.timestamp_ms / 1000))
+                written.append(_segment_written(spec.changelog / transaction_topic("s"), xid))
                 time.sleep(gap)
             time.sleep(1)  # Spark posts a batch's progress once it has ended
             progress = _progress(pipeline.query)
-            for batch_id, visible in carried:
+            for (batch_id, visible, committed_at, delta_at), seg_at in zip(carried, written, strict=True):
                 b = batches[batch_id]
                 spark_p = progress.get(batch_id, {})
                 row = {"visible": visible, "batch": b.seconds}
@@ -129,7 +150,16 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
                 row["offsets"] = spark_p.get("commitOffsets", 0.0)
                 for stage in ("collect", "apply", "fetch", "recompute", "commit"):
                     row[stage] = b.timings.get(stage, 0.0)
-                row["rest"] = visible - row["planning"] - b.seconds
+                started = spark_p.get("started", committed_at)
+                # Before the trigger: capture's flush, then the wait for the trigger.
+                row["capture"] = seg_at - committed_at
+                row["trigger"] = started - seg_at
+                # In the batch up to the Delta commit, outside the stages above (py4j, callbacks).
+                row["other"] = (
+                    (delta_at - started)
+                    - row["planning"]
+                    - sum(row[k] for k in ("collect", "apply", "fetch", "recompute", "commit"))
+                )
                 rows.append(row)
         finally:
             pipeline.close()
@@ -160,7 +190,7 @@ def main() -> None:
     print(f"  commit to visible: median {m['visible']:.2f} s, p90 {f['p90_visible']:.2f} s")
     print("  | stage | median s |")
     print("  |---|---|")
-    for stage in ("rest", "planning", "collect", "apply", "fetch", "recompute", "commit", "offsets"):
+    for stage in STAGES:
         print(f"  | {stage} | {m[stage]:.3f} |")
     write_figures(args.json, f)
 
