@@ -38,8 +38,10 @@ class CaptureConfig:
     #: When the server has nothing more to send, pending records wait at most this long (seconds):
     #: a quiet source's commits reach the changelog sooner than ``roll_interval``.
     idle_flush_interval: float = 0.05
-    #: Seconds between heartbeat records on an idle source.
-    heartbeat_interval: float = 1.0
+    #: Seconds between heartbeat records on an idle source. Each one costs the pipeline a micro-batch
+    #: (which a commit arriving meanwhile waits behind); they only need to come often enough for
+    #: assembly's ``incomplete_timeout`` (60 s) to be checked on an idle source.
+    heartbeat_interval: float = 10.0
     #: Take an initial snapshot (Parquet beside the topics) when the slot is created.
     snapshot: bool = True
     #: Connections reading the snapshot in parallel (each imports the slot's exported snapshot).

@@ -152,7 +152,7 @@ def add_commands(sub: Any) -> None:
         "--roll-bytes", type=int, default=8 << 20, help="bytes before pending events are flushed"
     )
     cap.add_argument(
-        "--heartbeat-interval", type=float, default=1.0, help="seconds between heartbeats when idle"
+        "--heartbeat-interval", type=float, default=10.0, help="seconds between heartbeats when idle"
     )
     cap.add_argument(
         "--ack-interval",
