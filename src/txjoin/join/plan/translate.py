@@ -65,6 +65,8 @@ def _agg_rewrite(node: exp.Expression, unordered: list[bool], output: str) -> ex
     if node.args.get("distinct") or isinstance(inner, exp.Distinct):
         raise refuse(output, f"{fname}(DISTINCT ...)", "aggregate distinct values with GROUP BY first", node)
     value = inner
+    if isinstance(node, exp.JSONArrayAgg) and order is None:
+        return _json_agg_unordered(value, condition, unordered)
     if order is not None:
         k_struct, asc = _order_key(order, node, fname, output)
     else:
@@ -98,6 +100,26 @@ def _agg_rewrite(node: exp.Expression, unordered: list[bool], output: str) -> ex
     else:
         result = arr
     return exp.If(this=exp.EQ(this=count, expression=exp.Literal.number(0)), true=exp.Null(), false=result)
+
+
+def _json_agg_unordered(
+    value: exp.Expression, condition: exp.Expression | None, unordered: list[bool]
+) -> exp.Expression:
+    """json_agg without ORDER BY: its element texts are never NULL ('null' for a NULL value), so they
+    are collected and sorted as they are: one copy of the element expression (often a long escape
+    chain), not a (key, value) pair holding it twice."""
+    unordered.append(True)
+    elem: exp.Expression = exp.Coalesce(this=value.copy(), expressions=[exp.Literal.string("null")])
+    if condition is not None:
+        elem = exp.If(this=condition.copy(), true=elem, false=exp.Null())
+    collected = exp.Anonymous(this="collect_list", expressions=[elem])
+    sorted_ = exp.Anonymous(this="sort_array", expressions=[collected, exp.Boolean(this=True)])
+    count = exp.Anonymous(this="size", expressions=[collected.copy()])
+    return exp.If(
+        this=exp.EQ(this=count, expression=exp.Literal.number(0)),
+        true=exp.Null(),
+        false=jsontext.agg_array(sorted_),
+    )
 
 
 def _order_key(
