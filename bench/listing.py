@@ -1,0 +1,85 @@
+"""Spark's file-source listing against the number of segment files in a topic (issue [7 of 7]).
+
+Capture writes one segment file per topic per flush, and Spark's file
+source lists every file of every topic directory at each trigger
+(``latestOffset``). This measures that cost as a changelog ages: a topic
+directory holding N segment files is read by a streaming query (the
+pipeline's reader options: directory path, ``pathGlobFilter``); once the
+first batch has taken the existing files, one new segment arrives every
+1.5 s and the median ``latestOffset`` of the batches that carry them is
+reported per N.
+
+    .venv/bin/python -m bench.listing --files 1000,10000,50000
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import machine, write_figures
+from txjoin.changelog import SEGMENT_GLOB
+from txjoin.session import spark_session
+
+
+def _segment(topic: Path, offset: int) -> None:
+    (topic / f"{offset:020d}-{offset:020d}.jsonl").write_text('{"ts_ms": 1}\n')
+
+
+def latest_offset_s(spark: Any, files: int, probes: int) -> float:
+    """Median seconds of ``latestOffset`` with ``files`` segments in the topic."""
+    work = Path(tempfile.mkdtemp(prefix="txjoin-bench-listing-"))
+    try:
+        topic = work / "s.public.t"
+        topic.mkdir()
+        for i in range(files):
+            _segment(topic, i)
+        df = spark.readStream.format("text").option("pathGlobFilter", SEGMENT_GLOB).load(str(topic))
+        q = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", str(work / "checkpoint"))
+            .trigger(processingTime="250 milliseconds")
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + 600
+            while not any(p["numInputRows"] for p in q.recentProgress):  # the existing files
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the first batch over {files} files did not finish in 600 s")
+                time.sleep(0.5)
+            first = len(q.recentProgress)
+            for j in range(probes):
+                _segment(topic, files + j)
+                time.sleep(1.5)
+            progress = [p for p in q.recentProgress[first:] if p["numInputRows"]]
+        finally:
+            q.stop()
+        return float(statistics.median(p["durationMs"]["latestOffset"] / 1000 for p in progress))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--files", default="1000,10000,50000", help="segment files per topic, comma-separated")
+    ap.add_argument("--probes", type=int, default=6, help="new segments measured per size")
+    ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = ap.parse_args()
+    spark = spark_session("txjoin-bench-listing", cores=2, driver_memory="2g")
+    print(f"machine: {machine()}")
+    out: dict[str, Any] = {}
+    for n in (int(x) for x in args.files.split(",")):
+        s = latest_offset_s(spark, n, args.probes)
+        out[str(n)] = s
+        print(f"  {n:>9,} segment files in the topic: latestOffset median {s:.3f} s per trigger", flush=True)
+    spark.stop()
+    write_figures(args.json, out)
+
+
+if __name__ == "__main__":
+    main()
