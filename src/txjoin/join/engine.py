@@ -183,7 +183,8 @@ class SparkEngine:
     def __init__(self, spark: Any, tables: Mapping[QualifiedName, Table]) -> None:
         self.spark = spark
         self.tables = dict(tables)
-        pgnumeric.register(spark)
+        if spark is not None:  # None: a join stage that never recomputes (bench.apply)
+            pgnumeric.register(spark)
 
     def run(self, plan: OutputPlan, rows: Mapping[str, pa.Table]) -> pa.Table:
         """The SQL's result over ``rows`` (per alias of the SQL, Debezium values)."""
