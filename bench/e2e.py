@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,12 @@ def _scenario(name: str) -> Scenario:
 
 
 def _run(spark: Any, pg: Any, scenario: Scenario, home: Path, **kw: Any) -> Report:
+    # A home per run: the previous run's query, stopped in this same Spark session, may still have
+    # its state store snapshot written in the background into its own checkpoint directory.
     return run_scenario(
         scenario,
         spark_factory=lambda spec: spark,
-        home=home,
+        home=Path(tempfile.mkdtemp(dir=home, prefix="run-")),
         dsn=pg.dsn(),
         check=False,
         baseline=False,
