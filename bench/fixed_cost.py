@@ -50,6 +50,8 @@ SQL = (
     "FROM orders JOIN clients ON clients.id = orders.client_id"
 )
 SPARK_STAGES = ("latestOffset", "getBatch", "queryPlanning", "walCommit")
+#: txjoin's own timings of a batch (BatchStats) up to its Delta commit.
+BATCH_STAGES = ("collect", "apply", "fetch", "recompute", "commit")
 #: The split of commit to visible, in order (see the module docstring).
 STAGES = (
     "capture", "trigger", "planning", "collect", "apply", "fetch", "recompute", "commit", "other", "offsets",
@@ -73,7 +75,8 @@ def _progress(query: Any) -> dict[int, dict[str, float]]:
 def _segment_written(topic: Path, xid: int) -> float:
     """When capture wrote the segment that holds transaction ``xid``'s END (its mtime)."""
     for seg in sorted(topic.glob("*.jsonl"), reverse=True)[:8]:
-        if f'"id": "{xid}:' in seg.read_text() or f'"id":"{xid}:' in seg.read_text():
+        text = seg.read_text()
+        if f'"id": "{xid}:' in text or f'"id":"{xid}:' in text:
             return seg.stat().st_mtime
     raise RuntimeError(f"no segment of {topic} holds transaction {xid}")
 
@@ -148,18 +151,14 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
                 row = {"visible": visible, "batch": b.seconds}
                 row["planning"] = sum(spark_p.get(k, 0.0) for k in SPARK_STAGES)
                 row["offsets"] = spark_p.get("commitOffsets", 0.0)
-                for stage in ("collect", "apply", "fetch", "recompute", "commit"):
+                for stage in BATCH_STAGES:
                     row[stage] = b.timings.get(stage, 0.0)
                 started = spark_p.get("started", committed_at)
                 # Before the trigger: capture's flush, then the wait for the trigger.
                 row["capture"] = seg_at - committed_at
                 row["trigger"] = started - seg_at
                 # In the batch up to the Delta commit, outside the stages above (py4j, callbacks).
-                row["other"] = (
-                    (delta_at - started)
-                    - row["planning"]
-                    - sum(row[k] for k in ("collect", "apply", "fetch", "recompute", "commit"))
-                )
+                row["other"] = (delta_at - started) - row["planning"] - sum(row[k] for k in BATCH_STAGES)
                 rows.append(row)
         finally:
             pipeline.close()

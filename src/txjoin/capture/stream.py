@@ -348,12 +348,7 @@ class Capture:
             if msg is not None:
                 handle(msg.payload, msg.data_start)
                 continue
-            self._idle()
-            cfg = self.config
-            timeout = min(cfg.roll_interval, cfg.heartbeat_interval, cfg.idle_flush_interval)
-            if self.writer.pending_age():  # wake when pending records are due, not a whole interval later
-                timeout = min(timeout, cfg.idle_flush_interval - self.writer.pending_age())
-            timeout = max(0.005, timeout)
+            timeout = self._idle()
             with contextlib.suppress(InterruptedError):
                 select.select([cur], [], [], timeout)
         self._flush_and_ack()
@@ -591,10 +586,13 @@ class Capture:
         self.stats.acked_lsn = self._durable_end
         self._last_ack = now
 
-    def _idle(self) -> None:
+    def _idle(self) -> float:
+        """The server has nothing more for now: flush what is due, acknowledge, beat; return how long
+        to wait for the server before coming back."""
         now = time.monotonic()
-        # The server has nothing more for now: waiting longer only delays these records.
-        limit = min(self.config.roll_interval, self.config.idle_flush_interval)
+        cfg = self.config
+        # Waiting longer than this only delays the pending records.
+        limit = min(cfg.roll_interval, cfg.idle_flush_interval)
         if self._tx is None and self.writer.pending_age() >= limit:
             self._flush_and_ack()
         self._ack()
@@ -608,6 +606,11 @@ class Capture:
             self._flush_and_ack()
             self._last_activity = now
             self._trim_heartbeats()
+        wait = min(cfg.roll_interval, cfg.heartbeat_interval, cfg.idle_flush_interval)
+        age = self.writer.pending_age()
+        if age:  # wake when the pending records are due, not a whole interval later
+            wait = min(wait, limit - age)
+        return max(0.005, wait)
 
     def _trim_heartbeats(self, keep: int = 64) -> None:
         """Keep the heartbeat topic small: old heartbeats are worthless."""

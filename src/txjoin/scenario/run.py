@@ -247,28 +247,25 @@ def _naive_torn(
         key = _rows_key(rows, plan)
         out = oracle.outputs[v.output]
         value = None if metric is None else metric(v.output, rows)
-        before = torn
         if len(out.sources) == 1:
             if v.output not in states:
                 states[v.output] = {_rows_key(r, plan) for r in oracle.results[v.output].values()}
-            torn += key not in states[v.output]
-            ok = torn == before and not bad
-            points.append(Point("naive", v.output, v.version, times[v.output].get(v.version, 0), ok, value))
-            continue
-        # Several sources: a state the sources really had is, per source, a
-        # prefix of whole transactions; compare with the SQL at the largest one.
-        cut: dict[str, Cut] = {}
-        whole = True
-        for s in out.sources:
-            floor, _ceiling, w = applied_transactions(naive.changelog, v.offsets, s)
-            whole &= w
-            end = ends[s][max(floor, 1) - 1]
-            cut[s] = Cut(end.end_lsn, end.xid)
-        if not whole and (
-            not oracle.known(v.output, cut) or key != _rows_key(oracle.expected(v.output, cut), plan)
-        ):
-            torn += 1
-        ok = torn == before and not bad
+            is_torn = key not in states[v.output]
+        else:
+            # Several sources: a state the sources really had is, per source, a
+            # prefix of whole transactions; compare with the SQL at the largest one.
+            cut: dict[str, Cut] = {}
+            whole = True
+            for s in out.sources:
+                floor, _ceiling, w = applied_transactions(naive.changelog, v.offsets, s)
+                whole &= w
+                end = ends[s][max(floor, 1) - 1]
+                cut[s] = Cut(end.end_lsn, end.xid)
+            is_torn = not whole and (
+                not oracle.known(v.output, cut) or key != _rows_key(oracle.expected(v.output, cut), plan)
+            )
+        torn += is_torn
+        ok = not is_torn and not bad
         points.append(Point("naive", v.output, v.version, times[v.output].get(v.version, 0), ok, value))
     return len(naive.versions), torn, broken
 

@@ -99,6 +99,11 @@ def _agg_rewrite(node: exp.Expression, unordered: list[bool], output: str) -> ex
         count = _non_null_count(collected)
     else:
         result = arr
+    return _null_if_empty(count, result)
+
+
+def _null_if_empty(count: exp.Expression, result: exp.Expression) -> exp.Expression:
+    """``result``, or NULL over no rows (as PostgreSQL's aggregates give)."""
     return exp.If(this=exp.EQ(this=count, expression=exp.Literal.number(0)), true=exp.Null(), false=result)
 
 
@@ -115,11 +120,7 @@ def _json_agg_unordered(
     collected = exp.Anonymous(this="collect_list", expressions=[elem])
     sorted_ = exp.Anonymous(this="sort_array", expressions=[collected, exp.Boolean(this=True)])
     count = exp.Anonymous(this="size", expressions=[collected.copy()])
-    return exp.If(
-        this=exp.EQ(this=count, expression=exp.Literal.number(0)),
-        true=exp.Null(),
-        false=jsontext.agg_array(sorted_),
-    )
+    return _null_if_empty(count, jsontext.agg_array(sorted_))
 
 
 def _order_key(
