@@ -150,6 +150,7 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
                 spark_p = progress.get(batch_id, {})
                 row = {"visible": visible, "batch": b.seconds}
                 row["planning"] = sum(spark_p.get(k, 0.0) for k in SPARK_STAGES)
+                row.update({k: spark_p.get(k, 0.0) for k in SPARK_STAGES})
                 row["offsets"] = spark_p.get("commitOffsets", 0.0)
                 for stage in BATCH_STAGES:
                     row[stage] = b.timings.get(stage, 0.0)
@@ -191,6 +192,7 @@ def main() -> None:
     print("  |---|---|")
     for stage in STAGES:
         print(f"  | {stage} | {m[stage]:.3f} |")
+    print("  planning: " + ", ".join(f"{k} {m[k]:.3f}" for k in SPARK_STAGES))
     write_figures(args.json, f)
 
 

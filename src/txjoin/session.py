@@ -88,6 +88,13 @@ def spark_session(
         "spark.sql.shuffle.partitions": str(max(1, cores)),
         "spark.default.parallelism": str(max(1, cores)),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # The checkpoint is always a local directory (state_dir): Hadoop's FileSystem API writes the
+        # same temp file and (atomic, POSIX) rename as the default FileContext one, without its
+        # per-call overhead. One-row batches (bench.fixed_cost): walCommit 0.035-0.049 -> 0.010-0.013 s,
+        # latestOffset 0.044-0.053 -> 0.014-0.018 s, commitOffsets 0.033-0.046 -> 0.010 s.
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+        ),
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
