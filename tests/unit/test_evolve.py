@@ -91,3 +91,7 @@ def test_schema_history_orders_records_by_lsn(tmp_path: Path) -> None:
     assert v is not None
     assert v[1][1] == ("v", NUM_12_3)
     assert at("s.public.other", 501) is None
+    # Many transactions at once (a batch): the version recorded last before each commit LSN.
+    found = history.at_each("s.public.t", [99, 100, 101, 300, 301, 500, 501])
+    assert [None if v is None else v[0] for v in found] == [None, None, 100, 100, 300, 300, 500]
+    assert history.at_each("s.public.other", [1, 2]) == [None, None]

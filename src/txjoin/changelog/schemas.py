@@ -13,6 +13,7 @@ version back as a :class:`~txjoin.pg.catalog.Table`.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 from collections.abc import Sequence
@@ -152,9 +153,10 @@ class SchemaHistory:
 
     def at(self, topic: str, commit_lsn: int) -> Version | None:
         """The columns a transaction committing at ``commit_lsn`` was written with (None: unknown)."""
-        found = None
-        for v in self.versions(topic):
-            if v[0] >= commit_lsn:
-                break
-            found = v
-        return found
+        return self.at_each(topic, [commit_lsn])[0]
+
+    def at_each(self, topic: str, commit_lsns: Sequence[int]) -> list[Version | None]:
+        """:meth:`at` for many transactions, reading the topic's versions once (a batch holds thousands)."""
+        versions = self.versions(topic)
+        starts = [v[0] for v in versions]
+        return [versions[i - 1] if (i := bisect.bisect_left(starts, lsn)) else None for lsn in commit_lsns]

@@ -106,8 +106,8 @@ class SchemaWatch:
             view = views[name]
             topic = table_topic(sources[name], name)
             seen: set[int] = set()
-            for lsn in sorted(group["commit_lsn"].unique().tolist()):
-                version = self.history.at(topic, int(lsn))
+            lsns = sorted(int(x) for x in group["commit_lsn"].unique().tolist())
+            for lsn, version in zip(lsns, self.history.at_each(topic, lsns), strict=True):
                 if version is None or version[0] in seen:
                     continue
                 seen.add(version[0])
