@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -229,18 +228,18 @@ class SparkEngine:
         DataFrame per alias, which pads no columns with NULLs.
         """
         total = sum(t.num_rows for t in views.values())
-        if len(views) < 2 or total > self.combine_rows or plan.spark_sql.lstrip()[:4].upper() == "WITH":
+        if len(views) < 2 or total > self.combine_rows:
             for name, t in views.items():
                 self.spark.createDataFrame(t).createOrReplaceTempView(name)
             return plan.spark_sql
-        base = f"txj__{plan.name}__all"
+        base = plan.all_views()
         parts, ctes = [], []
         for i, (name, t) in enumerate(views.items()):
             cols = [f"c{i}_{j}" for j in range(t.num_columns)]
-            tag = pa.array(np.full(t.num_rows, i, dtype=np.int32))
+            tag = pa.repeat(pa.scalar(i, pa.int32()), t.num_rows)
             parts.append(t.rename_columns(cols).append_column(_VIEW_TAG, tag))
             select = ", ".join(f"{c} AS {_quote(orig)}" for c, orig in zip(cols, t.column_names, strict=True))
-            # Column names are quoted; view names are txjoin's own (OutputPlan.view).
+            # Column names are quoted; view names are txjoin's own (OutputPlan.view, all_views).
             ctes.append(f"{name} AS (SELECT {select} FROM {base} WHERE {_VIEW_TAG} = {i})")  # noqa: S608
         combined = pa.concat_tables(parts, promote_options="default")
         self.spark.createDataFrame(combined).createOrReplaceTempView(base)

@@ -84,6 +84,10 @@ class OutputPlan:
         """
         return f"txj__{self.name}__{list(self.aliases).index(alias)}"
 
+    def all_views(self) -> str:
+        """The Spark view a small recompute's views all select from (``SparkEngine._register``)."""
+        return f"txj__{self.name}__all"
+
     @property
     def tables(self) -> set[QualifiedName]:
         return {t.name for t in self.aliases.values()}
