@@ -149,8 +149,8 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
                 b = batches[batch_id]
                 spark_p = progress.get(batch_id, {})
                 row = {"visible": visible, "batch": b.seconds}
-                row["planning"] = sum(spark_p.get(k, 0.0) for k in SPARK_STAGES)
                 row.update({k: spark_p.get(k, 0.0) for k in SPARK_STAGES})
+                row["planning"] = sum(row[k] for k in SPARK_STAGES)
                 row["offsets"] = spark_p.get("commitOffsets", 0.0)
                 for stage in BATCH_STAGES:
                     row[stage] = b.timings.get(stage, 0.0)
