@@ -31,7 +31,7 @@ from typing import Any
 
 from bench.common import Stat, machine, write_figures
 from txjoin.assemble.buffer import AssemblerConfig
-from txjoin.assemble.spark import assemble_stream
+from txjoin.assemble.spark import assemble_stream, state_partitions
 from txjoin.session import spark_session
 
 SOURCE = "b"
@@ -167,12 +167,14 @@ def _run(
     df = read_events_with_limit(spark, root, files_per_trigger)
     if assemble:
         df = assemble_stream(df, cfg)
-    q = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(ck))
-        .trigger(availableNow=True)
-        .start()
-    )
+    # As the pipeline starts it: one state partition for the one source.
+    with state_partitions(spark, 1):
+        q = (
+            df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(ck))
+            .trigger(availableNow=True)
+            .start()
+        )
     q.awaitTermination()
     if q.exception() is not None:
         raise RuntimeError(str(q.exception()))
