@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import platform
@@ -74,6 +75,23 @@ def _pss(pid: int) -> int | None:
     return None
 
 
+_SYS_KCMP = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
+_KCMP_VM = 1
+
+
+def _shares_memory(a: int, b: int) -> bool:
+    """Whether processes ``a`` and ``b`` have one address space (Linux kcmp).
+
+    Java starts a process with vfork: until the child's exec, it runs in its
+    parent's memory (named after the spawning thread, e.g. "Executor task l"),
+    and /proc reports that memory for both.
+    """
+    if _SYS_KCMP is None:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(_SYS_KCMP, a, b, _KCMP_VM, 0, 0)) == 0
+
+
 def tree_rss_by_name(root: int) -> dict[str, int]:
     """Resident bytes of ``root`` and its descendants, per process name (java, python...).
 
@@ -104,11 +122,13 @@ def tree_rss_by_name(root: int) -> dict[str, int]:
         if pid in seen:
             continue
         seen.add(pid)
+        todo += children.get(pid, [])
+        if pid != root and _shares_memory(pid, parents[pid]):
+            continue  # a vfork child before its exec: its parent's memory, counted there
         name = names.get(pid, "?")
         name = "python" if name.startswith("python") or name.startswith("txjoin") else name
         pss = _pss(pid)
         out[name] = out.get(name, 0) + (pss if pss is not None else rss.get(pid, 0))
-        todo += children.get(pid, [])
     return out
 
 
