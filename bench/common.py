@@ -128,6 +128,8 @@ def tree_rss_by_name(root: int) -> dict[str, int]:
         name = names.get(pid, "?")
         name = "python" if name.startswith("python") or name.startswith("txjoin") else name
         pss = _pss(pid)
+        if pss is None and not Path(f"/proc/{pid}").exists():
+            continue  # exited since the listing (its stat RSS was a vfork child's: the JVM's)
         out[name] = out.get(name, 0) + (pss if pss is not None else rss.get(pid, 0))
     return out
 
