@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import platform
@@ -88,8 +89,12 @@ def _shares_memory(a: int, b: int) -> bool:
     """
     if _SYS_KCMP is None:
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return int(libc.syscall(_SYS_KCMP, a, b, _KCMP_VM, 0, 0)) == 0
+    return int(_libc().syscall(_SYS_KCMP, a, b, _KCMP_VM, 0, 0)) == 0
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def tree_rss_by_name(root: int) -> dict[str, int]:
