@@ -230,7 +230,7 @@ class SparkEngine:
         total = sum(t.num_rows for t in views.values())
         if len(views) < 2 or total > self.combine_rows:
             for name, t in views.items():
-                self.spark.createDataFrame(t).createOrReplaceTempView(name)
+                _spark_frame(self.spark, t).createOrReplaceTempView(name)
             return plan.spark_sql
         base = plan.all_views()
         parts, ctes = [], []
@@ -242,12 +242,22 @@ class SparkEngine:
             # Column names are quoted; view names are txjoin's own (OutputPlan.view, all_views).
             ctes.append(f"{name} AS (SELECT {select} FROM {base} WHERE {_VIEW_TAG} = {i})")  # noqa: S608
         combined = pa.concat_tables(parts, promote_options="default")
-        self.spark.createDataFrame(combined).createOrReplaceTempView(base)
+        _spark_frame(self.spark, combined).createOrReplaceTempView(base)
         return f"WITH {', '.join(ctes)}\n{plan.spark_sql}"
 
     def empty_result(self, plan: OutputPlan) -> pa.Table:
         """The output's schema, from running its SQL over no rows."""
         return self.run(plan, {})
+
+
+def _spark_frame(spark: Any, t: pa.Table) -> Any:
+    """``t`` as a Spark DataFrame, every row of it.
+
+    PySpark 4.3's createDataFrame drops the record batches after an empty one
+    (chunks [1 row], [], [1 row] give 1 row), and concatenated views have
+    empty chunks; one chunk per column avoids that.
+    """
+    return spark.createDataFrame(t.combine_chunks())
 
 
 def _quote(name: str) -> str:
