@@ -15,6 +15,7 @@ rolls its transaction back: rolled-back transactions must leave no trace.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -238,6 +239,9 @@ def run_check(
     capture_overrides: Mapping[str, Any] | None = None,
 ) -> CheckResult:
     """One run of ``workload`` through capture, the pipeline and Delta, checked at every version."""
+    # Every batch moves every output to its cut (an idle commit where unchanged): the
+    # versions to check then follow the workload's triggers, not the wall clock.
+    spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, idle_commit_interval=0.0))
     overrides = {"roll_interval": 0.02, "heartbeat_interval": 0.2, **(capture_overrides or {})}
     captures = CaptureThreads(spec, **overrides)
     result = CheckResult()
