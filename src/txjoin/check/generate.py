@@ -261,16 +261,17 @@ class _Gen:
 def _on_conflict(t: Table) -> str:
     """An insert whose key exists updates that row (a change to check) where the
     key is the table's only uniqueness; elsewhere it does nothing, as a conflict
-    on another unique column would fail the transaction."""
+    on another unique column would fail the transaction (and a deferrable key
+    cannot arbitrate ON CONFLICT)."""
     others = [c.name for c in t.columns if c.name not in t.primary_key]
-    if not t.primary_key or not others or any(_OTHER_UNIQUE.match(d) for d in t.constraints):
+    if not t.primary_key or not others or any(_NO_UPSERT.match(d) for d in t.constraints):
         return " ON CONFLICT DO NOTHING"
     keys = ", ".join(quote_ident(k) for k in t.primary_key)
     sets = ", ".join(f"{quote_ident(c)} = EXCLUDED.{quote_ident(c)}" for c in others)
     return f" ON CONFLICT ({keys}) DO UPDATE SET {sets}"
 
 
-_OTHER_UNIQUE = re.compile(r"\s*(UNIQUE|EXCLUDE)\b", re.I)
+_NO_UPSERT = re.compile(r"\s*(UNIQUE|EXCLUDE)\b|.*\bDEFERRABLE\b", re.I)
 
 
 def _parents_first(tables: Sequence[Table]) -> list[Table]:
