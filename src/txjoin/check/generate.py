@@ -259,19 +259,26 @@ class _Gen:
 
 
 def _on_conflict(t: Table) -> str:
-    """An insert whose key exists updates that row (a change to check) where the
-    key is the table's only uniqueness; elsewhere it does nothing, as a conflict
-    on another unique column would fail the transaction (and a deferrable key
-    cannot arbitrate ON CONFLICT)."""
-    others = [c.name for c in t.columns if c.name not in t.primary_key]
-    if not t.primary_key or not others or any(_NO_UPSERT.match(d) for d in t.constraints):
-        return " ON CONFLICT DO NOTHING"
+    """What an insert does when its row exists. Where the key is the table's only
+    uniqueness, it updates that row (a change to check); else it does nothing.
+    A deferrable constraint cannot arbitrate ON CONFLICT: with a deferrable key
+    a conflict fails (on a constraint), and another deferrable constraint is
+    left out of the arbiters by naming the key."""
+    pk = next((d for d in t.constraints if _PRIMARY.match(d)), "")
+    deferrable = [d for d in t.constraints if _DEFERRABLE.search(d)]
+    if not t.primary_key or pk in deferrable:
+        return "" if deferrable else " ON CONFLICT DO NOTHING"
     keys = ", ".join(quote_ident(k) for k in t.primary_key)
+    others = [c.name for c in t.columns if c.name not in t.primary_key]
+    if not others or any(_UNIQUE.match(d) for d in t.constraints):
+        return f" ON CONFLICT ({keys}) DO NOTHING" if deferrable else " ON CONFLICT DO NOTHING"
     sets = ", ".join(f"{quote_ident(c)} = EXCLUDED.{quote_ident(c)}" for c in others)
     return f" ON CONFLICT ({keys}) DO UPDATE SET {sets}"
 
 
-_NO_UPSERT = re.compile(r"\s*(UNIQUE|EXCLUDE)\b|.*\bDEFERRABLE\b", re.I)
+_PRIMARY = re.compile(r"\s*PRIMARY\s+KEY\b", re.I)
+_UNIQUE = re.compile(r"\s*(UNIQUE|EXCLUDE)\b", re.I)
+_DEFERRABLE = re.compile(r"(?<!NOT )\bDEFERRABLE\b", re.I)
 
 
 def _parents_first(tables: Sequence[Table]) -> list[Table]:
