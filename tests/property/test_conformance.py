@@ -72,8 +72,16 @@ def _dec(places: int, int_digits: int) -> st.SearchStrategy[Decimal]:
 
 
 _ZONES = [dt.UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)), dt.timezone(dt.timedelta(hours=-8))]
+#: Days and times the cases' constants name, so equality and the bounds are hit.
+_DAYS = [dt.date(2024, 1, 31), dt.date(2024, 1, 1), dt.date(1999, 12, 31), dt.date(2000, 2, 29)]
 _TS = st.datetimes(dt.datetime(1, 1, 2), dt.datetime(9999, 12, 30)) | st.sampled_from(
-    [dt.datetime(2024, 2, 29, 23, 59, 59, 999999), dt.datetime(1970, 1, 1)]
+    [
+        dt.datetime(2024, 2, 29, 23, 59, 59, 999999),
+        dt.datetime(1970, 1, 1),
+        dt.datetime(2024, 1, 31),
+        dt.datetime(2024, 1, 31, 13, 45),
+        dt.datetime(2024, 1, 31, 13, 45, 7, 500000),
+    ]
 )
 
 _TIME = st.times() | st.sampled_from(
@@ -99,7 +107,7 @@ ROW = st.fixed_dictionaries(
         "vc": st.none() | _TEXT,
         "ch": st.none() | st.text("ab é", max_size=5),
         "ch2": st.none() | st.text("ab é", max_size=5),
-        "d": st.none() | st.dates(dt.date(1, 1, 1), dt.date(9999, 12, 31)),
+        "d": st.none() | st.dates(dt.date(1, 1, 1), dt.date(9999, 12, 31)) | st.sampled_from(_DAYS),
         "ts": st.none() | _TS,
         "tz": st.none() | st.builds(lambda d, z: d.replace(tzinfo=z), st.datetimes(dt.datetime(2, 1, 1), dt.datetime(9998, 1, 1)), st.sampled_from(_ZONES)),
         "tm": st.none() | _TIME,

@@ -38,6 +38,7 @@ T_TYPES = {
     "c5": "bpchar(5)",
     "ts": "timestamp",
     "tz": "timestamptz",
+    "d": "date",
     "ia": "_int4",
     "ta": "_text",
     "j1": "jsonb",
@@ -251,7 +252,9 @@ def test_nested_int_divisions_are_each_truncated() -> None:
 def test_division_with_a_fractional_operand_stays_fractional() -> None:
     sql = spark("SELECT t.id, t.f / t.i AS b FROM t")
     assert "DIV" not in sql
-    assert "ELSE CAST(t.f AS DOUBLE) / CAST(t.i AS DOUBLE) END) AS `b`" in sql  # overflow checked, as in PostgreSQL
+    assert (
+        "ELSE CAST(t.f AS DOUBLE) / CAST(t.i AS DOUBLE) END) AS `b`" in sql
+    )  # overflow checked, as in PostgreSQL
     # Numeric quotients: PostgreSQL picks each one's scale from the operands' values.
     for e in ("t.n / t.i", "t.i / 2.0", "t.i::numeric / t.j"):
         with pytest.raises(UnsupportedQuery, match=r"numeric division whose result is not rounded"):
@@ -475,3 +478,38 @@ def test_constructs_computed_differently_are_refused_by_name(expr: str, named: s
         plan(f"SELECT t.id, {expr} AS x FROM t")
     assert named in str(e.value), str(e.value)
     assert str(e.value).startswith("output 'out': "), str(e.value)
+
+
+# -- string constants compared with dates and timestamps ------------------------------
+
+
+def test_a_string_constant_compared_with_a_date_or_timestamp_is_read_as_one() -> None:
+    sql = spark(
+        "SELECT t.id FROM t WHERE t.d >= '2024-01-31' AND t.ts BETWEEN '2024-01-01' AND '2024-01-31 13:45'"
+    )
+    assert "CAST('2024-01-31' AS DATE)" in sql
+    assert "CAST('2024-01-01' AS TIMESTAMP)" in sql
+    assert "CAST('2024-01-31 13:45' AS TIMESTAMP)" in sql
+    assert "CAST('2024-01-02' AS DATE)" in spark("SELECT t.id FROM t WHERE t.d IN ('2024-01-02', t.d)")
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "t.d = '2024-02-30'",  # PostgreSQL raises: no such day
+        "t.d = '01/02/2024'",  # January 2nd or February 1st by DateStyle
+        "t.ts < '2024-01-01 24:00'",  # PostgreSQL: the next day's midnight
+        "t.ts > '2024-01-01 12:00:60'",
+        "t.d <> '0000-01-01'",
+        "t.d > '2024-01-31 10:00'",  # PostgreSQL drops the time; txjoin reads ISO days only
+    ],
+)
+def test_a_date_constant_postgresql_reads_otherwise_is_refused(condition: str) -> None:
+    err = refusal(f"SELECT t.id FROM t WHERE {condition}")
+    assert "compared with a" in str(err), err
+    assert "ISO forms" in str(err), err
+
+
+def test_a_string_constant_compared_with_a_timestamptz_is_refused() -> None:
+    # PostgreSQL reads it in the session's TimeZone.
+    refusal("SELECT t.id FROM t WHERE t.tz >= '2024-01-31'")

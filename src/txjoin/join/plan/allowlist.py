@@ -15,6 +15,7 @@ case for every entry on PostgreSQL and through txjoin's Spark translation.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -224,8 +225,8 @@ ENTRIES: tuple[Entry, ...] = (
     _E("type", "boolean", "", "Spark BOOLEAN.", _any("bool")),
     _E("type", "text, varchar(n)", "", "Spark STRING, compared byte for byte (the source's collation decides ordering: see collations).", _any("text")),
     _E("type", "char(n)", "", "Spark STRING with PostgreSQL's padding; only = and <> between char(n) of one length (other uses ignore trailing blanks in PostgreSQL).", _any("bpchar")),
-    _E("type", "date", "", "Spark DATE.", _any("date")),
-    _E("type", "timestamp", "", "Spark TIMESTAMP_NTZ, microseconds.", _any("timestamp")),
+    _E("type", "date", "", "Spark DATE. A string constant compared with a date (=, <, BETWEEN, IN, ...) is read as a date, as in PostgreSQL; only ISO '2024-01-31' of a real day is accepted (other forms depend on DateStyle).", _any("date")),
+    _E("type", "timestamp", "", "Spark TIMESTAMP_NTZ, microseconds. A string constant compared with one is read as a timestamp, as in PostgreSQL; only ISO forms of real days and times are accepted: '2024-01-31', '2024-01-31 13:45', '2024-01-31T13:45:07.5'.", _any("timestamp")),
     _E("type", "timestamptz", "", "Spark TIMESTAMP (an instant), microseconds.", _any("timestamptz")),
     _E("type", "time", "", "Spark STRING holding PostgreSQL's text, 'HH:MM:SS' with the fraction's trailing zeros dropped and 24:00:00 kept: one text per value, ordered as the times are, so comparisons, min/max, GROUP BY and join keys agree. Written to Delta as that text (Delta has no time-of-day type). Constants ('10:00'::time) are refused: PostgreSQL reads several spellings of one time.", _any("time")),
     _E("type", "uuid", "", "Spark STRING in PostgreSQL's lower-case form.", _any("uuid")),
@@ -387,9 +388,25 @@ _CONSTANTS = {
     "numeric": r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*",
     "text": r"(?s).*",
     "date": r"\d{4}-\d{2}-\d{2}",
-    "timestamp": r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?",
+    "timestamp": r"\d{4}-\d{2}-\d{2}([ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?",
     "bool": r"true|false",
 }
+
+
+def _real_time(t: str, constant: str) -> bool:
+    """A date or timestamp constant names a real one: PostgreSQL raises on 2024-02-30,
+    24:00 (as the next day) or year 0 where Spark's cast differs (NULL, or no error)."""
+    if t not in ("date", "timestamp"):
+        return True
+    day, _, clock = constant.replace("T", " ").partition(" ")
+    try:
+        dt.date.fromisoformat(day)
+        if clock:
+            hms, _, fraction = clock.partition(".")
+            dt.time.fromisoformat(hms + ("." + fraction.ljust(6, "0") if fraction else ""))
+    except ValueError:
+        return False
+    return True
 
 
 def cast_result(src: str, target: str, constant: str | None = None) -> str | None:
@@ -399,7 +416,9 @@ def cast_result(src: str, target: str, constant: str | None = None) -> str | Non
         return target
     if s == UNKNOWN:
         pattern = _CONSTANTS.get(t or "")
-        if pattern is None or (constant is not None and not re.fullmatch(pattern, constant)):
+        if pattern is None or (
+            constant is not None and not (re.fullmatch(pattern, constant) and _real_time(t or "", constant))
+        ):
             return None
         return target
     if (s, t) == ("numeric", "text"):

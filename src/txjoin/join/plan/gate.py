@@ -32,7 +32,7 @@ from txjoin.join.plan.allowlist import (
 from txjoin.join.plan.model import Analysis, refuse
 from txjoin.join.plan.typerules import cast_type, numeric_ps
 
-__all__ = ["check", "dscale", "enum_labels", "quotient_scale"]
+__all__ = ["check", "dscale", "enum_labels", "quotient_scale", "type_constants"]
 
 
 def check(tree: exp.Expression, a: Analysis) -> None:
@@ -119,6 +119,46 @@ def check(tree: exp.Expression, a: Analysis) -> None:
                 f"txjoin computes it exactly only over {entry.args}",
                 node,
             )
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+#: Types a string constant compared with them is read as (their ISO forms read alike in both).
+_READ_AS = {"date": "DATE", "timestamp": "TIMESTAMP"}
+
+
+def type_constants(tree: exp.Expression, a: Analysis) -> None:
+    """Make PostgreSQL's reading of a string constant compared with a date or a
+    timestamp explicit: it takes the other side's type, so ``d >= '2024-01-31'``
+    compares dates. The cast's rules then decide (ISO forms of real dates only),
+    and Spark compares dates too, not text."""
+    nodes: list[exp.Expression] = list(tree.find_all(*_COMPARISONS, exp.Between, exp.In))
+    for node in nodes:
+        operands = args_of(node)
+        known = {pg_type(x, a) for x in operands if constant(x) is None}
+        types = [k for k in known if k is not None and k != NULL]
+        if len(types) != 1 or len(known) != len(types):
+            continue  # mixed, or an operand the gate refuses
+        t = types[0]
+        target = _READ_AS.get(type_class(t) or "")
+        if target is None:
+            continue
+        for x in operands:
+            text = constant(x)
+            if text is None:
+                continue
+            if cast_result(UNKNOWN, t, text) is None:
+                forms = "'2024-01-31'"
+                if t == "timestamp":
+                    forms += ", '2024-01-31 13:45' or '2024-01-31 13:45:07.5'"
+                raise refuse(
+                    a.output,
+                    f"the constant '{text}' compared with a {_label(t)}",
+                    f"PostgreSQL reads it as a {_label(t)} in many forms (some by its DateStyle, 24:00 as "
+                    f"the next day, and raises on a day that does not exist); txjoin reads only ISO forms "
+                    f"of real days and times, alike in both: {forms}",
+                    node,
+                )
+            x.replace(exp.Cast(this=x.copy(), to=exp.DataType.build(target)))
 
 
 def dscale(node: exp.Expression, a: Analysis) -> int | None:
