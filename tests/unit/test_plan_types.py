@@ -513,3 +513,16 @@ def test_a_date_constant_postgresql_reads_otherwise_is_refused(condition: str) -
 def test_a_string_constant_compared_with_a_timestamptz_is_refused() -> None:
     # PostgreSQL reads it in the session's TimeZone.
     refusal("SELECT t.id FROM t WHERE t.tz >= '2024-01-31'")
+
+
+@pytest.mark.parametrize(
+    ("expression", "named"),
+    [
+        ("to_char(t.n, 'FM999.00')", "the function to_char()"),  # sqlglot: TimeToStr
+        ("t.j1 ->> 'k'", "the operator ->>"),  # sqlglot: JSONExtractScalar
+        ("t.t ILIKE '%x%'", "the operator ILIKE"),
+        ("t.t ~ '^a'", "the operator ~"),
+    ],
+)
+def test_a_refusal_names_the_construct_as_written(expression: str, named: str) -> None:
+    assert named in str(refusal(f"SELECT t.id, {expression} AS x FROM t"))

@@ -7,6 +7,7 @@ operands of fixed display scale (:func:`quotient_scale`, :func:`dscale`).
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -406,8 +407,18 @@ def _spelling(node: exp.Expression, entry: Entry) -> str:
 
 
 def _construct(node: exp.Expression) -> str:
+    """The refused construct as the user wrote it: sqlglot's own names (to_char is
+    TimeToStr, ->> is JSONExtractScalar) mean nothing to them."""
     if isinstance(node, exp.Anonymous):
         return f"the function {node.name.lower()}()"
+    text = node.sql(dialect="postgres")
+    call = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\(", text)
+    if call:
+        return f"the function {call.group(1).lower()}()"
+    if isinstance(node, exp.Binary):
+        left, right = node.left.sql(dialect="postgres"), node.right.sql(dialect="postgres")
+        if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
+            return f"the operator {text[len(left) : len(text) - len(right)].strip()}"
     if isinstance(node, exp.Func):
         return f"the function {node.sql_name().lower()}()"
-    return f"the construct {type(node).__name__}"
+    return f"the construct {text.split(' ', 1)[0].upper() or type(node).__name__}"
