@@ -526,3 +526,17 @@ def test_a_string_constant_compared_with_a_timestamptz_is_refused() -> None:
 )
 def test_a_refusal_names_the_construct_as_written(expression: str, named: str) -> None:
     assert named in str(refusal(f"SELECT t.id, {expression} AS x FROM t"))
+
+
+def test_a_non_text_side_of_a_concatenation_is_cast_to_text() -> None:
+    sql = spark("SELECT t.id, t.n || ' EUR' AS a, t.i || '-' || t.b AS k FROM t")
+    assert "CAST(t.n AS STRING)" in sql
+    assert "CAST(t.i AS STRING)" in sql
+    assert "CAST(t.b AS STRING)" in sql
+
+
+@pytest.mark.parametrize("expression", ["t.d || 'x'", "t.c3 || 'x'", "t.i || t.j", "t.u || 'x'"])
+def test_a_concatenation_postgresql_prints_otherwise_is_refused(expression: str) -> None:
+    # date prints by DateStyle; char(n) loses its padding; int || int does not exist;
+    # unconstrained numeric prints each value's own scale.
+    assert "||" in str(refusal(f"SELECT t.id, {expression} AS x FROM t"))

@@ -160,6 +160,26 @@ def type_constants(tree: exp.Expression, a: Analysis) -> None:
                     node,
                 )
             x.replace(exp.Cast(this=x.copy(), to=exp.DataType.build(target)))
+    _type_concatenations(tree, a)
+
+
+#: Types ``anynonarray || text`` prints as their text cast does (its SQL is ``$1::text || $2``)
+#: where that cast is exact; not date (DateStyle), nor char(n) (|| drops its padding).
+_PRINTED_AS_CAST = ("int", "numeric", "bool", "enum", "uuid", "time")
+
+
+def _type_concatenations(tree: exp.Expression, a: Analysis) -> None:
+    """``3 || 'x'`` and ``price || ' EUR'``: PostgreSQL casts the non-text side to text.
+    Where that cast is on the allowlist (exact in both), make it explicit."""
+    for node in reversed(list(tree.find_all(exp.DPipe))):  # inner ones first
+        sides = (node.this, node.expression)
+        types = [pg_type(x, a) for x in sides]
+        if not any(t is not None and type_class(t) in ("text", UNKNOWN) for t in types):
+            continue  # PostgreSQL needs a text side (int || int does not exist)
+        for x, t in zip(sides, types, strict=True):
+            if t is None or type_class(t) not in _PRINTED_AS_CAST or cast_result(t, "text") is None:
+                continue
+            x.replace(exp.Cast(this=x.copy(), to=exp.DataType.build("TEXT")))
 
 
 def dscale(node: exp.Expression, a: Analysis) -> int | None:
