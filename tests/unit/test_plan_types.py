@@ -522,6 +522,7 @@ def test_a_string_constant_compared_with_a_timestamptz_is_refused() -> None:
         ("t.j1 ->> 'k'", "the operator ->>"),  # sqlglot: JSONExtractScalar
         ("t.t ILIKE '%x%'", "the operator ILIKE"),
         ("t.t ~ '^a'", "the operator ~"),
+        ("lower(t.t) ~ '^a'", "the operator ~"),
     ],
 )
 def test_a_refusal_names_the_construct_as_written(expression: str, named: str) -> None:

@@ -340,7 +340,7 @@ def plan_output(
     select = _parse(name, sql)
     a = _analyse_joins(select, tables, name)
     s = _read_select(select, a, key)
-    gate.type_constants(select, a)  # after _read_select has qualified every column
+    gate.implicit_casts(select, a)  # after _read_select has qualified every column
     gate.check(select, a)
     p = _choose_partitions(a, key, s)
     spark_sql, unordered = translate(select, a, name, s.columns)

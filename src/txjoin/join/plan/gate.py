@@ -33,7 +33,7 @@ from txjoin.join.plan.allowlist import (
 from txjoin.join.plan.model import Analysis, refuse
 from txjoin.join.plan.typerules import cast_type, numeric_ps
 
-__all__ = ["check", "dscale", "enum_labels", "quotient_scale", "type_constants"]
+__all__ = ["check", "dscale", "enum_labels", "implicit_casts", "quotient_scale"]
 
 
 def check(tree: exp.Expression, a: Analysis) -> None:
@@ -127,11 +127,11 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.NullSafeE
 _READ_AS = {"date": "DATE", "timestamp": "TIMESTAMP"}
 
 
-def type_constants(tree: exp.Expression, a: Analysis) -> None:
-    """Make PostgreSQL's reading of a string constant compared with a date or a
-    timestamp explicit: it takes the other side's type, so ``d >= '2024-01-31'``
-    compares dates. The cast's rules then decide (ISO forms of real dates only),
-    and Spark compares dates too, not text."""
+def implicit_casts(tree: exp.Expression, a: Analysis) -> None:
+    """Make two of PostgreSQL's implicit casts explicit, so the cast rules decide and
+    Spark computes the same. A string constant compared with a date or a timestamp
+    takes that type (``d >= '2024-01-31'`` compares dates; ISO forms of real days
+    only), and the non-text side of ``||`` is cast to text."""
     nodes: list[exp.Expression] = list(tree.find_all(*_COMPARISONS, exp.Between, exp.In))
     for node in nodes:
         operands = args_of(node)
@@ -432,13 +432,13 @@ def _construct(node: exp.Expression) -> str:
     if isinstance(node, exp.Anonymous):
         return f"the function {node.name.lower()}()"
     text = node.sql(dialect="postgres")
-    call = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\(", text)
-    if call:
-        return f"the function {call.group(1).lower()}()"
-    if isinstance(node, exp.Binary):
+    if isinstance(node, exp.Binary):  # before the call below: lower(x) ~ 'a' is the operator ~
         left, right = node.left.sql(dialect="postgres"), node.right.sql(dialect="postgres")
         if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
             return f"the operator {text[len(left) : len(text) - len(right)].strip()}"
+    call = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\(", text)
+    if call:
+        return f"the function {call.group(1).lower()}()"
     if isinstance(node, exp.Func):
         return f"the function {node.sql_name().lower()}()"
     return f"the construct {text.split(' ', 1)[0].upper() or type(node).__name__}"
