@@ -519,7 +519,7 @@ def test_a_string_constant_compared_with_a_timestamptz_is_refused() -> None:
     ("expression", "named"),
     [
         ("to_char(t.n, 'FM999.00')", "the function to_char()"),  # sqlglot: TimeToStr
-        ("t.j1 ->> 'k'", "the operator ->>"),  # sqlglot: JSONExtractScalar
+        ("t.j1 #>> '{a,b}'", "the operator #>>"),  # sqlglot: JSONBExtractScalar
         ("t.t ILIKE '%x%'", "the operator ILIKE"),
         ("t.t ~ '^a'", "the operator ~"),
         ("lower(t.t) ~ '^a'", "the operator ~"),
@@ -541,3 +541,32 @@ def test_a_concatenation_postgresql_prints_otherwise_is_refused(expression: str)
     # date prints by DateStyle; char(n) loses its padding; int || int does not exist;
     # unconstrained numeric prints each value's own scale.
     assert "||" in str(refusal(f"SELECT t.id, {expression} AS x FROM t"))
+
+
+# -- jsonb -> and ->> ---------------------------------------------------------------
+
+
+def test_jsonb_members_are_read_by_txjoins_udf() -> None:
+    sql = spark("SELECT t.id, t.j1 ->> 'k' AS a, t.j1 -> 'o' ->> 'x.y' AS b, t.j1 ->> -1 AS c FROM t")
+    assert "TXJ_JSONB_GET(t.j1, 'k', NULL, TRUE)" in sql
+    assert "TXJ_JSONB_GET(TXJ_JSONB_GET(t.j1, 'o', NULL, FALSE), 'x.y', NULL, TRUE)" in sql
+    assert "TXJ_JSONB_GET(t.j1, NULL, -1, TRUE)" in sql
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        ("t.j1 ->> t.t", "not a constant"),
+        ("max(t.j1 ->> 'k')", "(t.j1 ->> 'k') COLLATE"),  # ->> gives text of the database's collation
+        ("coalesce(j1 -> 'k', t.j1)", "parentheses"),  # sqlglot reads `x -> y` in arguments as a lambda
+        ("t.j1 #>> '{a,b}'", "#>>"),
+    ],
+)
+def test_jsonb_member_uses_txjoin_cannot_match_are_refused(expression: str, why: str) -> None:
+    key = ("id",) if "max(" not in expression else ("m",)
+    sql = (
+        f"SELECT t.id, {expression} AS x FROM t"
+        if "max(" not in expression
+        else f"SELECT {expression} AS m FROM t"
+    )
+    assert why in str(refusal(sql, key))

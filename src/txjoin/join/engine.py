@@ -25,7 +25,7 @@ from txjoin.debezium.arrow import from_values, value_type
 from txjoin.debezium.values import arrow_type, from_debezium
 from txjoin.errors import SchemaChangeError, UnsupportedQuery, ValueNotRepresentable
 from txjoin.faults import mutated
-from txjoin.join import pgnumeric
+from txjoin.join import pgjson, pgnumeric
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan
 from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName
@@ -195,6 +195,7 @@ class SparkEngine:
         self.combine_rows = combine_rows
         if spark is not None:  # None: a join stage that never recomputes (bench.apply)
             pgnumeric.register(spark)
+            pgjson.register(spark)
 
     def run(self, plan: OutputPlan, rows: Mapping[str, pa.Table]) -> pa.Table:
         """The SQL's result over ``rows`` (per alias of the SQL, Debezium values)."""

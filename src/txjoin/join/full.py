@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from txjoin.errors import TxJoinError, UnsupportedQuery
-from txjoin.join import pgnumeric
+from txjoin.join import pgjson, pgnumeric
 from txjoin.join.engine import to_spark
 from txjoin.join.plan import OutputPlan
 from txjoin.join.replica import ReplicaStore
@@ -79,6 +79,7 @@ def recompute_files(
             spark.read.parquet(str(d)).createOrReplaceTempView(plan.view(alias))
         try:
             pgnumeric.register(spark)
+            pgjson.register(spark)
             df = spark.sql(plan.spark_sql)
             for f in df.schema.fields:  # Delta cannot store Spark's NullType (all-NULL literals)
                 if f.dataType.typeName() == "void":

@@ -250,6 +250,8 @@ ENTRIES: tuple[Entry, ...] = (
     _E("operator", "BETWEEN", "as <=", "x >= a AND x <= b.", _comparison(ordering=True)),
     _E("operator", "LIKE", "text, text constant", "Spark LIKE with the same `%`, `_` and backslash escape.", _of("text", result="bool")),
     _E("operator", "||", "text, text; text and an integer, numeric(p,s), boolean, enum, uuid or time", "Concatenation; NULL if either side is NULL, in both. A non-text side is cast to text, as PostgreSQL does (see the casts to text); date (which prints by DateStyle) and char(n) (which loses its padding) are refused.", _of("text", result="text")),
+    _E("operator", "->", "jsonb, a text or integer constant", "The member under that key (or the array element at that index, from 0; negative from the end) as jsonb, printed as PostgreSQL prints jsonb; NULL for a missing key, an index past either end, or the wrong kind of document, in both. Computed by txjoin's UDF on the jsonb text (join/pgjson.py): numbers keep their printed digits.", _of("jsonb", result="jsonb")),
+    _E("operator", "->>", "jsonb, a text or integer constant", "As ->, as text: a string member unescaped, a JSON null as SQL NULL, others as -> prints them. Its text has the database's collation, so ordering it needs COLLATE \"C\". (On json, which keeps its text as written, -> and ->> are refused.)", _of("jsonb", result="text")),
     _E("operator", "= ANY(array)", "a value, an array of its type", "array_contains; only as a condition of WHERE or ON joined by AND, where PostgreSQL's NULL (no match, a NULL element) and Spark's false both drop the row.", _any("bool")),
     _E("operator", "array[i]", "an array, an integer", "The i-th element counting from 1; NULL for an index past either end (Spark: try_element_at, guarded for i < 1, which Spark counts from the end).", lambda args: args[0][1:] if args[0].startswith("_") and type_class(args[1]) == "int" else None),
     _E("operator", 'COLLATE "C"', "text", 'Orders text by its bytes (code points), as Spark does: write `x COLLATE "C"` to order text of a database whose collation is not C.', _of("text", result="text")),
@@ -321,6 +323,8 @@ NODES: dict[type[exp.Expression], tuple[Kind, str]] = {
     exp.Case: ("operator", "CASE"),
     exp.Collate: ("operator", 'COLLATE "C"'),
     exp.Bracket: ("operator", "array[i]"),
+    exp.JSONExtract: ("operator", "->"),
+    exp.JSONExtractScalar: ("operator", "->>"),
     exp.Coalesce: ("function", "coalesce"),
     exp.Nullif: ("function", "nullif"),
     exp.Greatest: ("function", "greatest"),
@@ -354,6 +358,7 @@ STRUCTURE: tuple[type[exp.Expression], ...] = (
     exp.Identifier, exp.Table, exp.TableAlias, exp.Paren, exp.Literal, exp.Null, exp.Boolean,
     exp.Ordered, exp.Order, exp.Distinct, exp.DataType, exp.DataTypeParam, exp.Star, exp.Tuple, exp.Any,
     exp.Var,  # extract's field, date_trunc's unit: checked with their call
+    exp.JSONPath, exp.JSONPathRoot, exp.JSONPathKey, exp.JSONPathSubscript,  # -> and ->>'s key: checked with it
 )  # fmt: skip
 
 
@@ -429,6 +434,8 @@ def cast_result(src: str, target: str, constant: str | None = None) -> str | Non
 
 
 def args_of(node: exp.Expression) -> list[exp.Expression]:
+    if isinstance(node, exp.JSONExtract | exp.JSONExtractScalar):
+        return [node.this]  # the key is a constant, checked by json_key
     if isinstance(node, exp.Collate | exp.TimestampTrunc):
         return [node.this]
     if isinstance(node, exp.Extract):
@@ -460,6 +467,22 @@ def args_of(node: exp.Expression) -> list[exp.Expression]:
     return [
         v for k, v in node.args.items() if isinstance(v, exp.Expression) and k in ("this", "expression")
     ] + [e for e in node.args.get("expressions") or [] if isinstance(e, exp.Expression)]
+
+
+def json_key(node: exp.JSONExtract | exp.JSONExtractScalar) -> str | int | None:
+    """The constant key (str) or index (int) of ``->`` / ``->>``; None for any other path."""
+    path = node.expression
+    if isinstance(path, exp.Neg) and isinstance(path.this, exp.Literal) and path.this.this.isdigit():
+        return -int(path.this.this)  # jsonb ->> -1: sqlglot leaves a negative index unparsed
+    parts = path.expressions if isinstance(path, exp.JSONPath) else []
+    if len(parts) != 2 or not isinstance(parts[0], exp.JSONPathRoot):
+        return None
+    part = parts[1]
+    if isinstance(part, exp.JSONPathKey) and isinstance(part.this, str):
+        return part.this
+    if isinstance(part, exp.JSONPathSubscript) and isinstance(part.this, int):
+        return part.this
+    return None
 
 
 def pg_type(node: exp.Expression, a: Analysis) -> str | None:

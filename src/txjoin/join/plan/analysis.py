@@ -530,7 +530,7 @@ def _group_partitions(a: Analysis, s: _SelectList) -> _Partitions:
 
 def _is_json(e: exp.Expression) -> bool:
     """Whether an output expression yields JSON (compared as parsed JSON)."""
-    if isinstance(e, exp.JSONArrayAgg | exp.JSONObject | exp.JSONObjectAgg):
+    if isinstance(e, exp.JSONArrayAgg | exp.JSONObject | exp.JSONObjectAgg | exp.JSONExtract):
         return True
     if isinstance(e, exp.Anonymous) and e.name.upper() in (
         "JSON_BUILD_OBJECT", "JSONB_BUILD_OBJECT", "JSON_BUILD_ARRAY", "JSONB_BUILD_ARRAY",

@@ -27,6 +27,7 @@ from txjoin.join.plan.allowlist import (
     cast_target,
     constant,
     entry_for,
+    json_key,
     pg_type,
     type_class,
 )
@@ -78,6 +79,14 @@ def check(tree: exp.Expression, a: Analysis) -> None:
                 "is accepted",
                 node,
             )
+        if isinstance(node, exp.Lambda):
+            raise refuse(
+                a.output,
+                "-> directly inside a function's arguments (sqlglot, which reads the SQL, takes it "
+                "for a lambda)",
+                f"write it in parentheses: ({node.sql(dialect='postgres')})",
+                node,
+            )
         entry = entry_for(node)
         if entry is None:
             raise refuse(
@@ -86,6 +95,13 @@ def check(tree: exp.Expression, a: Analysis) -> None:
                 "txjoin accepts only functions and operators it computes exactly as PostgreSQL "
                 "does, and this one is not among them (see README, 'What an output's SQL may use'); "
                 "compute it from the output table instead",
+                node,
+            )
+        if isinstance(node, exp.JSONExtract | exp.JSONExtractScalar) and json_key(node) is None:
+            raise refuse(
+                a.output,
+                f"{_construct(node)} with a key that is not a constant",
+                "write the key as a text constant ('name') or the index as an integer constant (0, -1)",
                 node,
             )
         if isinstance(node, exp.Anonymous):
@@ -357,6 +373,8 @@ def _collation(node: exp.Expression, a: Analysis) -> str:
     """The collation ordering a text expression: 'C' unless a column of another collation feeds it."""
     if isinstance(node, exp.Collate):
         return _collate_name(node)
+    if isinstance(node, exp.JSONExtractScalar):
+        return "the database's default"  # ->> yields text of the default collation, whatever jsonb's
     if isinstance(node, exp.Column):
         info = a.aliases.get(node.table)
         return info.collations.get(node.name, "C") if info is not None else "C"
@@ -374,12 +392,13 @@ def _check_order(node: exp.Expression, a: Analysis, where: exp.Expression) -> No
         return
     coll = _collation(node, a)
     if coll != "C" and not mutated("binary-collation"):
+        text = node.sql(dialect="postgres")
+        collated = f'{text if isinstance(node, exp.Column) else "(" + text + ")"} COLLATE "C"'
         raise refuse(
             a.output,
-            f"ordering text under the collation {coll!r} (min, max, <, >, BETWEEN or ORDER BY over "
-            f"`{node.sql(dialect='postgres')}`)",
+            f"ordering text under the collation {coll!r} (min, max, <, >, BETWEEN or ORDER BY over `{text}`)",
             f"Spark orders text by its bytes, not as {coll!r} does, so results would differ; for "
-            f'exact results write `{node.sql(dialect="postgres")} COLLATE "C"` in the output\'s SQL (byte '
+            f"exact results write `{collated}` in the output's SQL (byte "
             "order), or give the column a C collation at the source",
             where,
         )

@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from txjoin.faults import mutated
 from txjoin.join.plan import jsontext
-from txjoin.join.plan.allowlist import pg_type
+from txjoin.join.plan.allowlist import json_key, pg_type
 from txjoin.join.plan.gate import case_mapping, enum_labels, quotient_scale
 from txjoin.join.plan.model import Analysis, any_array, refuse
 from txjoin.join.plan.typerules import (
@@ -312,6 +312,19 @@ def _rewrite_quotients(found: list[tuple[Any, tuple[int, int, int, int | None]]]
         target.replace(result)
 
 
+def _jsonb_get(node: exp.JSONExtract | exp.JSONExtractScalar) -> exp.Expression:
+    """``doc -> key`` and ``doc ->> key`` -> txjoin's UDF (txjoin.join.pgjson), which
+    reads jsonb's printed text as PostgreSQL reads jsonb (Spark's GET_JSON_OBJECT
+    reprints numbers and reads '$.a.b' as a path)."""
+    from txjoin.join.pgjson import UDF_NAME
+
+    key = json_key(node)
+    text = exp.Literal.string(key) if isinstance(key, str) else exp.Null()
+    index = exp.Literal.number(key) if isinstance(key, int) else exp.Null()
+    as_text = exp.Boolean(this=isinstance(node, exp.JSONExtractScalar))
+    return exp.Anonymous(this=UDF_NAME, expressions=[node.this.copy(), text, index, as_text])
+
+
 def _find_json(tree: exp.Expression, a: Analysis) -> list[tuple[Any, list[str]]]:
     """json_build_object, jsonb_build_object and json_agg nodes, children
     first, with their values' PostgreSQL types (typed before other rewrites)."""
@@ -432,6 +445,8 @@ def translate(
     tree.set("expressions", new_exprs)
 
     def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.JSONExtract | exp.JSONExtractScalar):
+            return _jsonb_get(node)
         if isinstance(node, exp.Bracket) and len(node.expressions) == 1:
             # sqlglot stores a constant index minus one (0-based) and any other index as written.
             raw = node.expressions[0]
