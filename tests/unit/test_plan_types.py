@@ -466,7 +466,7 @@ def test_unquoted_identifiers_fold_to_lower_case() -> None:
         ("t.f::text", "double precision to TEXT"),  # float formatting
         ("length(t.c3)", "length"),  # char(n) ignores trailing blanks
         ("t.c3 || 'x'", "||"),
-        ("substring(t.t, 2, 3)", "substring"),
+        ("substring(t.t, 0, 3)", "substring"),  # Spark reads a start below 1 from the end or as 1
         ("date_part('dow', t.ts)", "date_part"),
         ("json_build_object('f', t.f)", "json_build_object"),  # float JSON text differs
         ("jsonb_build_object('n', t.u)", "jsonb_build_object"),  # numeric without a scale
@@ -570,3 +570,17 @@ def test_jsonb_member_uses_txjoin_cannot_match_are_refused(expression: str, why:
         else f"SELECT {expression} AS m FROM t"
     )
     assert why in str(refusal(sql, key))
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "substring(t.t, 0, 2)",  # Spark reads a start of 0 as 1, PostgreSQL counts position 0
+        "substring(t.t, 1, -1)",  # PostgreSQL raises
+        "substring(t.t, t.i, 2)",
+        "left(t.t, -1)",  # PostgreSQL: all but the last character
+        "right(t.t, t.i)",
+    ],
+)
+def test_substring_bounds_where_spark_differs_are_refused(expression: str) -> None:
+    assert "not a constant of the range" in str(refusal(f"SELECT t.id, {expression} AS x FROM t"))

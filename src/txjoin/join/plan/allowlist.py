@@ -263,6 +263,8 @@ ENTRIES: tuple[Entry, ...] = (
     _E("function", "abs", "a number", "Spark ABS.", _of(*_NUMBERS, result=_first)),
     _E("function", "round", "numeric or integer [, integer]; double precision", "Half away from zero for numeric (Spark ROUND on decimals); double precision, and integers (which PostgreSQL rounds as double precision), half to even (Spark BROUND on DOUBLE).", _round),
     _E("function", "length, char_length", "text", "Characters (code points), as Spark LENGTH.", _of("text", result="int4")),
+    _E("function", "substring, substr", "text, a constant start >= 1 [, a constant length >= 0] (FROM/FOR or commas)", "Characters (code points) from start, as Spark's SUBSTRING; other starts and lengths (where Spark counts from the end, or PostgreSQL raises) are refused.", _of("text", result="text")),
+    _E("function", "left, right", "text, a constant count >= 0", "The first or last n characters, as Spark's LEFT / RIGHT; a negative count (all but |n| in PostgreSQL) is refused.", _of("text", result="text")),
     _E("function", "lower, upper", "text", "Case mapping follows the text's collation in PostgreSQL: under C only ASCII letters change (Spark TRANSLATE over A-Z); under an English or root ICU locale Unicode's full mapping, as Spark's LOWER/UPPER (Java) does; other locales are refused.", _of("text", result="text")),
     _E("function", "extract", "year, quarter, month, week, day, dow, isodow, doy of a date or timestamp; hour, minute, second of a timestamp", "numeric in PostgreSQL, the same values from Spark's EXTRACT; dow is 0-6 from Sunday (Spark's DAYOFWEEK - 1), isodow 1-7 from Monday, week the ISO week, second with its microseconds. (date_part, which returns double precision, is refused: sqlglot reads it as extract.)", _of("date", "timestamp", result="numeric")),
     _E("function", "date_trunc", "a constant unit (year, quarter, month, week, day, hour, minute, second), a timestamp", "Spark's DATE_TRUNC, as timestamp without time zone; week starts on Monday in both. date_trunc of a date or timestamptz depends on the server's TimeZone and is refused.", _of("timestamp", result="timestamp")),
@@ -333,6 +335,9 @@ NODES: dict[type[exp.Expression], tuple[Kind, str]] = {
     exp.Round: ("function", "round"),
     exp.Length: ("function", "length"),
     exp.Lower: ("function", "lower"),
+    exp.Substring: ("function", "substring"),
+    exp.Left: ("function", "left"),
+    exp.Right: ("function", "right"),
     exp.Extract: ("function", "extract"),
     exp.TimestampTrunc: ("function", "date_trunc"),
     exp.Upper: ("function", "upper"),
@@ -434,8 +439,8 @@ def cast_result(src: str, target: str, constant: str | None = None) -> str | Non
 
 
 def args_of(node: exp.Expression) -> list[exp.Expression]:
-    if isinstance(node, exp.JSONExtract | exp.JSONExtractScalar):
-        return [node.this]  # the key is a constant, checked by json_key
+    if isinstance(node, exp.JSONExtract | exp.JSONExtractScalar | exp.Substring | exp.Left | exp.Right):
+        return [node.this]  # the key, start, length or count is a constant, checked by text_bounds / json_key
     if isinstance(node, exp.Collate | exp.TimestampTrunc):
         return [node.this]
     if isinstance(node, exp.Extract):
@@ -467,6 +472,19 @@ def args_of(node: exp.Expression) -> list[exp.Expression]:
     return [
         v for k, v in node.args.items() if isinstance(v, exp.Expression) and k in ("this", "expression")
     ] + [e for e in node.args.get("expressions") or [] if isinstance(e, exp.Expression)]
+
+
+def text_bounds(node: exp.Substring | exp.Left | exp.Right) -> bool:
+    """Whether substring's start (>= 1) and length (>= 0), or left/right's count (>= 0),
+    are constants where Spark's function and PostgreSQL's agree."""
+
+    def const(e: exp.Expression | None, least: int) -> bool:
+        return isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and int(e.this) >= least
+
+    if isinstance(node, exp.Substring):
+        length = node.args.get("length")
+        return const(node.args.get("start"), 1) and (length is None or const(length, 0))
+    return const(node.expression, 0)
 
 
 def json_key(node: exp.JSONExtract | exp.JSONExtractScalar) -> str | int | None:

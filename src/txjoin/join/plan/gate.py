@@ -29,6 +29,7 @@ from txjoin.join.plan.allowlist import (
     entry_for,
     json_key,
     pg_type,
+    text_bounds,
     type_class,
 )
 from txjoin.join.plan.model import Analysis, refuse
@@ -95,6 +96,15 @@ def check(tree: exp.Expression, a: Analysis) -> None:
                 "txjoin accepts only functions and operators it computes exactly as PostgreSQL "
                 "does, and this one is not among them (see README, 'What an output's SQL may use'); "
                 "compute it from the output table instead",
+                node,
+            )
+        if isinstance(node, exp.Substring | exp.Left | exp.Right) and not text_bounds(node):
+            raise refuse(
+                a.output,
+                f"{_construct(node)} with a start, length or count that is not a constant of the range "
+                "Spark and PostgreSQL agree on",
+                "write the start as an integer constant >= 1 and the length or count as one >= 0 "
+                "(Spark counts a start below 1 from the end; PostgreSQL raises on a negative length)",
                 node,
             )
         if isinstance(node, exp.JSONExtract | exp.JSONExtractScalar) and json_key(node) is None:
