@@ -32,8 +32,8 @@ from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
 __all__ = [
-    "COMBINE_ROWS", "NUMERIC_SCALE", "SparkEngine", "spark_arrow_type", "spark_column", "to_arrow",
-    "to_spark",
+    "COMBINE_ROWS", "NUMERIC_SCALE", "SparkEngine", "register_udfs", "spark_arrow_type", "spark_column",
+    "to_arrow", "to_spark",
 ]  # fmt: skip
 
 Row = dict[str, Any]
@@ -194,8 +194,7 @@ class SparkEngine:
         self.tables = dict(tables)
         self.combine_rows = combine_rows
         if spark is not None:  # None: a join stage that never recomputes (bench.apply)
-            pgnumeric.register(spark)
-            pgjson.register(spark)
+            register_udfs(spark)
 
     def run(self, plan: OutputPlan, rows: Mapping[str, pa.Table]) -> pa.Table:
         """The SQL's result over ``rows`` (per alias of the SQL, Debezium values)."""
@@ -249,6 +248,12 @@ class SparkEngine:
     def empty_result(self, plan: OutputPlan) -> pa.Table:
         """The output's schema, from running its SQL over no rows."""
         return self.run(plan, {})
+
+
+def register_udfs(spark: Any) -> None:
+    """txjoin's UDFs the translated SQL may call (numeric quotients, jsonb members)."""
+    pgnumeric.register(spark)
+    pgjson.register(spark)
 
 
 def _spark_frame(spark: Any, t: pa.Table) -> Any:

@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from txjoin.errors import TxJoinError, UnsupportedQuery
-from txjoin.join import pgjson, pgnumeric
-from txjoin.join.engine import to_spark
+from txjoin.join.engine import register_udfs, to_spark
 from txjoin.join.plan import OutputPlan
 from txjoin.join.replica import ReplicaStore
 from txjoin.pg.catalog import Table
@@ -78,8 +77,7 @@ def recompute_files(
             exported += export(store, tables[info.name], _columns(plan, store, alias), d)
             spark.read.parquet(str(d)).createOrReplaceTempView(plan.view(alias))
         try:
-            pgnumeric.register(spark)
-            pgjson.register(spark)
+            register_udfs(spark)
             df = spark.sql(plan.spark_sql)
             for f in df.schema.fields:  # Delta cannot store Spark's NullType (all-NULL literals)
                 if f.dataType.typeName() == "void":
