@@ -186,26 +186,10 @@ def _run(
 
 
 def read_events_with_limit(spark: Any, root: Path, files_per_trigger: int) -> Any:
-    from pyspark.sql import functions as F
-
+    from txjoin.changelog.stream import read_stream
     from txjoin.decode import decode
 
-    seg = r"/([^/]+)/([0-9]{20})-([0-9]{20})\.jsonl$"
-    raw = (
-        spark.readStream.format("text")
-        .option("maxFilesPerTrigger", files_per_trigger)
-        .option("pathGlobFilter", "*.jsonl")
-        .load(f"{root}/{SOURCE}.*")
-    )
-    path = F.col("_metadata.file_path")
-    raw = raw.select(
-        F.regexp_extract(path, seg, 1).alias("topic"),
-        F.col("value"),
-        F.regexp_extract(path, seg, 2).cast("long").alias("seg_first"),
-        F.regexp_extract(path, seg, 3).cast("long").alias("seg_last"),
-        path.alias("path"),
-    )
-    return decode(raw)
+    return decode(read_stream(spark, root, [SOURCE], max_files=files_per_trigger))
 
 
 class WorkerMemory:

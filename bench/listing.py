@@ -1,13 +1,15 @@
-"""Spark's file-source listing against the number of segment files in a topic (issue [7 of 7]).
+"""A trigger's cost against the number of segment files in a topic (issue [7 of 7]).
 
-Capture writes one segment file per topic per flush, and Spark's file
-source lists every file of every topic directory at each trigger
-(``latestOffset``). This measures that cost as a changelog ages: a topic
-directory holding N segment files is read by a streaming query (the
-pipeline's reader options: directory path, ``pathGlobFilter``); once the
-first batch has taken the existing files, one new segment arrives every
-1.5 s and the median ``latestOffset`` of the batches that carry them is
-reported per N.
+Capture writes one segment file per topic per flush. Spark's file source
+lists every file of every topic directory at each trigger (``latestOffset``)
+and logs every name in its checkpoint; txjoin's changelog source
+(:mod:`txjoin.changelog.stream`) lists names from the offset it has reached
+on. This measures both as a changelog ages: a topic directory holding N
+segment files is read by a streaming query; once the first batch has taken
+the existing files, one new segment arrives every 1.5 s, and the median
+``latestOffset`` and trigger time of the batches that carry them, and the
+checkpoint's size, are reported per N and reader. Spark's file source (the
+reader before) is the baseline.
 
     .venv/bin/python -m bench.listing --files 1000,10000,50000
 """
@@ -24,6 +26,7 @@ from typing import Any
 
 from bench.common import machine, write_figures
 from txjoin.changelog import SEGMENT_GLOB
+from txjoin.changelog.stream import read_stream
 from txjoin.session import spark_session
 
 
@@ -31,15 +34,23 @@ def _segment(topic: Path, offset: int) -> None:
     (topic / f"{offset:020d}-{offset:020d}.jsonl").write_text('{"ts_ms": 1}\n')
 
 
-def latest_offset_s(spark: Any, files: int, probes: int) -> float:
-    """Median seconds of ``latestOffset`` with ``files`` segments in the topic."""
+def _bytes(d: Path) -> int:
+    return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+
+
+def latest_offset_s(spark: Any, files: int, probes: int, reader: str) -> tuple[float, float, int]:
+    """Median seconds of ``latestOffset`` and of the trigger with ``files`` segments in the topic,
+    and the checkpoint's bytes at the end; ``reader``: 'spark' (file source) or 'txjoin'."""
     work = Path(tempfile.mkdtemp(prefix="txjoin-bench-listing-"))
     try:
-        topic = work / "s.public.t"
-        topic.mkdir()
+        topic = work / "changelog" / "s.public.t"
+        topic.mkdir(parents=True)
         for i in range(files):
             _segment(topic, i)
-        df = spark.readStream.format("text").option("pathGlobFilter", SEGMENT_GLOB).load(str(topic))
+        if reader == "spark":
+            df = spark.readStream.format("text").option("pathGlobFilter", SEGMENT_GLOB).load(str(topic))
+        else:
+            df = read_stream(spark, work / "changelog", ["s"])
         q = (
             df.writeStream.format("noop")
             .option("checkpointLocation", str(work / "checkpoint"))
@@ -59,7 +70,9 @@ def latest_offset_s(spark: Any, files: int, probes: int) -> float:
             progress = [p for p in q.recentProgress[first:] if p["numInputRows"]]
         finally:
             q.stop()
-        return float(statistics.median(p["durationMs"]["latestOffset"] / 1000 for p in progress))
+        latest = statistics.median(p["durationMs"]["latestOffset"] / 1000 for p in progress)
+        trigger = statistics.median(p["durationMs"]["triggerExecution"] / 1000 for p in progress)
+        return float(latest), float(trigger), _bytes(work / "checkpoint")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -74,9 +87,14 @@ def main() -> None:
     print(f"machine: {machine()}")
     out: dict[str, Any] = {}
     for n in (int(x) for x in args.files.split(",")):
-        s = latest_offset_s(spark, n, args.probes)
-        out[str(n)] = s
-        print(f"  {n:>9,} segment files in the topic: latestOffset median {s:.3f} s per trigger", flush=True)
+        for reader in ("spark", "txjoin"):
+            latest, trigger, ck = latest_offset_s(spark, n, args.probes, reader)
+            out[f"{reader}/{n}"] = {"latest_offset_s": latest, "trigger_s": trigger, "checkpoint_bytes": ck}
+            print(
+                f"  {n:>9,} segment files, {reader + ' reader:':<15} latestOffset median {latest:.3f} s, "
+                f"trigger {trigger:.3f} s, checkpoint {ck / 1e6:.2f} MB",
+                flush=True,
+            )
     spark.stop()
     write_figures(args.json, out)
 

@@ -2,10 +2,11 @@
 
 Three inputs, one decoder:
 
-- ``files``: the embedded changelog, every topic of the sources read through
-  one file-stream source with a glob (``<root>/<source>.*/*.jsonl``). Each
-  record's segment range comes from its file name, so assembly can see gaps
-  in the transaction topic.
+- ``files``: the embedded changelog, every topic of the sources read by
+  offset (:mod:`txjoin.changelog.stream`; queries whose checkpoint began
+  with Spark's file source keep it: ``<root>/<source>.*/*.jsonl``). Each
+  record carries its segment's range, so assembly can see gaps in the
+  transaction topic.
 - ``debezium``: topics a team's own Debezium wrote, as Kafka Connect's
   FileStreamSink or a kcat dump leaves them: one JSON value per line, one
   file (``<topic>``, ``<topic>.jsonl``) or directory per topic. Each file is
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from txjoin.changelog import SEGMENT_FILE_PATTERN, SEGMENT_GLOB, topic_glob
+from txjoin.changelog.stream import read_stream
 from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX, TRANSACTION_SUFFIX
 from txjoin.errors import ConfigError, MissingDependency
 from txjoin.spec import PipelineSpec, memory
@@ -133,16 +135,25 @@ def _envelope_schema() -> Any:
     return inner, outer
 
 
-def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
-    """A streaming frame of (topic, value, seg_first, seg_last) for ``sources``."""
+def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str], checkpoint: Path | None = None) -> Any:
+    """A streaming frame of (topic, value, seg_first, seg_last, path) for ``sources``.
+
+    The embedded changelog is read by offset (:mod:`txjoin.changelog.stream`);
+    a ``checkpoint`` that Spark's file source started keeps that source, since
+    a query's checkpoint cannot change its source.
+    """
     from pyspark.sql import functions as F
 
     if not sources:
         raise ConfigError("no sources to read")
-    if inp.kind == "files":
+    if inp.kind == "files" and not _file_source_checkpoint(checkpoint):
         assert inp.path is not None
         root = Path(inp.path).absolute()
         root.mkdir(parents=True, exist_ok=True)
+        return read_stream(spark, root, sources, max_bytes=inp.max_batch_bytes)
+    if inp.kind == "files":
+        assert inp.path is not None
+        root = Path(inp.path).absolute()
         glob = topic_glob(root, sources)
         reader = spark.readStream.format("text").option("pathGlobFilter", SEGMENT_GLOB)
         if inp.max_batch_bytes > 0:
@@ -282,6 +293,13 @@ def decode(raw: Any) -> Any:
     return out.select(*[c.alias(name) for name, c in cols.items()])
 
 
-def read_events(spark: Any, inp: ChangelogInput, sources: list[str]) -> Any:
-    """Decoded change events and markers of ``sources`` as a streaming frame."""
-    return decode(raw_stream(spark, inp, sources))
+def read_events(spark: Any, inp: ChangelogInput, sources: list[str], checkpoint: Path | None = None) -> Any:
+    """Decoded change events and markers of ``sources`` as a streaming frame (``checkpoint``:
+    the query's, which decides the changelog's source; see :func:`raw_stream`)."""
+    return decode(raw_stream(spark, inp, sources, checkpoint))
+
+
+def _file_source_checkpoint(checkpoint: Path | None) -> bool:
+    """Whether ``checkpoint`` belongs to a query that read with Spark's file source (which keeps
+    its metadata log in ``sources/0``; the offset-reading source keeps none)."""
+    return checkpoint is not None and (Path(checkpoint) / "sources" / "0").is_dir()

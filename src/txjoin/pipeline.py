@@ -112,11 +112,10 @@ class Pipeline:
             check_segments=source.kind == "files",
             debezium_snapshots=source.kind == "debezium",
         )
-        events = read_events(self.spark, source, sorted(self.spec.sources))
+        ck = checkpoint or self.spec.checkpoint
+        events = read_events(self.spark, source, sorted(self.spec.sources), ck)
         released = assemble_stream(events, cfg)
-        writer = released.writeStream.foreachBatch(self.process_batch).option(
-            "checkpointLocation", str(checkpoint or self.spec.checkpoint)
-        )
+        writer = released.writeStream.foreachBatch(self.process_batch).option("checkpointLocation", str(ck))
         if available_now:
             writer = writer.trigger(availableNow=True)
         else:

@@ -1,0 +1,416 @@
+"""The embedded changelog as a Spark streaming source that reads by offset.
+
+Spark's file source lists every file of every topic directory at each
+trigger and keeps every file name it has read in its checkpoint, so the
+fixed cost of a micro-batch grows with the pipeline's age (bench/NOTES.md:
+``latestOffset`` 0.06 s at 1,000 segments a topic, 1.09 s at 50,000). This
+source's offset is, per topic, the next record to read: a trigger lists the
+names of each topic directory (no stat, no file index) and parses only those
+from that offset on, and its checkpoint entry is one number per topic.
+
+Pure planning (:func:`plan_end`, :func:`plan_partitions`) and reading
+(:func:`read_segments`) are plain functions; :class:`ChangelogSource` is the
+thin PySpark Python data source around them (Spark 4's
+``DataSourceStreamReader``), registered as :data:`FORMAT`.
+
+Rules, the same as :class:`~txjoin.changelog.ChangelogReader`'s:
+
+- Offsets are contiguous per topic. A known topic whose next segment starts
+  past the offset reached is damage, except the heartbeat topics capture
+  trims on purpose; a new topic starts at its first segment.
+- The transaction topic is listed before the data topics, so the events an
+  END counts (renamed before the END's segment) are in the same listing.
+- A segment's line count must match its name.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from txjoin.changelog.segments import _LIST_ATTEMPTS, _TOPIC_RE, parse_segment_name, segment_name
+from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX, TRANSACTION_SUFFIX
+from txjoin.errors import ChangelogError
+
+__all__ = [
+    "FORMAT",
+    "GAP_TIMEOUT",
+    "SCHEMA",
+    "Gap",
+    "Part",
+    "plan_end",
+    "plan_partitions",
+    "read_segments",
+    "read_stream",
+    "register",
+    "source_topics",
+]
+
+#: The name the source is registered under (``spark.readStream.format(FORMAT)``).
+FORMAT = "txjoin_changelog"
+#: Its rows: what :func:`txjoin.decode.raw_stream` gives for the file source.
+SCHEMA = "topic string, value string, seg_first long, seg_last long, path string"
+
+#: Seconds a gap in a topic may last before the query fails: capture renames a topic's segments in
+#: order, so only damage (or a copy restoring the changelog) leaves one.
+GAP_TIMEOUT = 60.0
+
+#: Bytes of segments below which a micro-batch is read by one task.
+MIN_PARTITION_BYTES = 1 << 20
+
+#: One segment to read: (topic, first, last, path).
+Part = tuple[str, int, int, str]
+
+
+def _trimmed_on_purpose(topic: str) -> bool:
+    return topic.endswith(HEARTBEAT_SUFFIX) or topic.startswith(DEBEZIUM_HEARTBEAT_PREFIX)
+
+
+def source_topics(root: Path, sources: Sequence[str]) -> list[str]:
+    """Topic directories of ``sources`` under ``root`` (``<source>.*``, as Spark's file source
+    read them); transaction topics first."""
+    try:
+        names = [e.name for e in os.scandir(root) if e.is_dir()]
+    except FileNotFoundError:
+        return []
+    prefixes = tuple(f"{s}." for s in sources)
+    topics = [n for n in names if _TOPIC_RE.match(n) and n.startswith(prefixes)]
+    return sorted(topics, key=lambda t: (not t.endswith(TRANSACTION_SUFFIX), t))
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Offsets ``expected..`` of ``topic`` are missing while ``after`` (a later segment) is visible."""
+
+    topic: str
+    expected: int
+    after: str
+
+    def error(self, waited: float) -> ChangelogError:
+        return ChangelogError(
+            f"offsets from {self.expected} of topic {self.topic} have not appeared after "
+            f"{waited:.0f} s while a later segment has ({self.after}): the changelog is damaged "
+            "or was trimmed below what this pipeline has read. Restore the missing segments, or "
+            "start the pipeline from a new checkpoint and snapshot",
+            path=self.after,
+            topic=self.topic,
+            offset=self.expected,
+        )
+
+
+def _segments_from(root: Path, topic: str, start: int | None) -> tuple[list[Part], Gap | None]:
+    """Visible segments of ``topic`` from offset ``start`` on (a new topic: from 0, or a
+    heartbeat topic's first kept segment), up to the first gap, and that gap.
+
+    Names are zero-padded, so a string comparison skips older segments
+    without parsing them. Capture renames a topic's segments in offset order,
+    so a gap is damage, or a listing that raced with a rename (listed again).
+    """
+    d = root / topic
+    # The source never stops inside a segment, so names from ``start``'s own on are enough.
+    key = "" if start is None else f"{start:020d}"
+    for attempt in range(_LIST_ATTEMPTS):
+        try:
+            names = [n for n in os.listdir(d) if n >= key and not n.startswith(".")]
+        except FileNotFoundError:
+            return [], None
+        parts: list[Part] = []
+        for n in names:
+            rng = parse_segment_name(n)
+            if rng is None or rng[1] < rng[0]:
+                raise ChangelogError(
+                    f"{d / n} in topic {topic} is not a changelog segment (expected a file named "
+                    "<first:020d>-<last:020d>.jsonl, first <= last): move it out of the changelog "
+                    "directory",
+                    path=str(d / n),
+                    topic=topic,
+                )
+            parts.append((topic, rng[0], rng[1], str(d / n)))
+        parts.sort(key=lambda p: p[1])
+        expected = start or 0
+        if parts and _trimmed_on_purpose(topic):
+            expected = max(expected, parts[0][1])
+        k = 0
+        while k < len(parts) and parts[k][1] == expected:
+            expected = parts[k][2] + 1
+            k += 1
+        if k == len(parts):
+            return parts, None
+        if attempt == _LIST_ATTEMPTS - 1:
+            return parts[:k], Gap(topic, expected, parts[k][3])
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def plan_end(
+    root: Path,
+    sources: Sequence[str],
+    start: dict[str, int],
+    *,
+    max_files: int = 0,
+    max_bytes: int = 0,
+    cap: dict[str, int] | None = None,
+) -> tuple[dict[str, int], list[Gap]]:
+    """The offsets a micro-batch starting at ``start`` reads up to (exclusive), per topic,
+    and the gaps that stopped a topic short.
+
+    ``max_files``/``max_bytes`` (0: no limit) admit segments oldest first
+    (by modification time, as Spark's file source does), at least one;
+    ``cap`` (Trigger.AvailableNow's target) bounds every topic.
+    """
+    candidates: list[Part] = []
+    gaps: list[Gap] = []
+    end = dict(start)
+    for topic in source_topics(root, sources):
+        parts, gap = _segments_from(root, topic, start.get(topic))
+        if gap is not None:
+            gaps.append(gap)
+        if cap is not None:
+            parts = [p for p in parts if p[2] < cap.get(topic, 0)]
+        if parts and topic not in end:
+            end[topic] = parts[0][1]
+        candidates.extend(parts)
+    if not max_files and not max_bytes:
+        for p in candidates:
+            end[p[0]] = p[2] + 1
+        return end, gaps
+
+    def stat(p: Part) -> tuple[int, int]:
+        try:
+            st = os.stat(p[3])
+        except FileNotFoundError:  # a trimmed heartbeat segment: read() skips it
+            return 0, 0
+        return st.st_mtime_ns, st.st_size
+
+    by_topic: dict[str, list[tuple[int, int, Part]]] = {}
+    for p in candidates:
+        by_topic.setdefault(p[0], []).append((*stat(p), p))
+    # The oldest of the topics' next segments first: each topic stays a contiguous prefix,
+    # and a segment stamped older than its predecessor (a clock step) cannot starve its topic.
+    size = 0
+    for files, (_, n, p) in enumerate(heapq.merge(*by_topic.values(), key=lambda x: x[0])):
+        if (max_files and files >= max_files) or (max_bytes and files and size + n > max_bytes):
+            break
+        end[p[0]] = p[2] + 1
+        size += n
+    return end, gaps
+
+
+def plan_partitions(
+    root: Path, sources: Sequence[str], start: dict[str, int], end: dict[str, int], parallelism: int
+) -> list[list[Part]]:
+    """The segments between ``start`` and ``end``, packed into at most ``parallelism``
+    partitions of about equal size (largest first, each into the smallest partition)."""
+    parts: list[Part] = []
+    for topic, stop in end.items():
+        if stop <= start.get(topic, -1):
+            continue
+        for p in _segments_from(root, topic, start.get(topic))[0]:
+            if p[2] >= stop:
+                break
+            parts.append(p)
+    sized: list[tuple[int, Part]] = []
+    for p in parts:
+        try:
+            sized.append((os.stat(p[3]).st_size, p))
+        except FileNotFoundError:
+            sized.append((0, p))  # a trimmed heartbeat: read() decides
+    sized.sort(key=lambda x: -x[0])
+    # A task costs a Python worker's round trip: small batches (a few transactions) get one.
+    total = sum(n for n, _ in sized)
+    count = max(1, min(parallelism, len(sized), -(-total // MIN_PARTITION_BYTES)))
+    bins: list[list[Part]] = [[] for _ in range(count)]
+    loads = [0] * len(bins)
+    for n, p in sized:
+        i = loads.index(min(loads))
+        bins[i].append(p)
+        loads[i] += n
+    return [b for b in bins if b]
+
+
+def read_segments(parts: Sequence[Part]) -> Iterator[Any]:
+    """One Arrow record batch of (topic, value, seg_first, seg_last, path) per segment.
+
+    Lines are cut with numpy over the file's bytes (no Python object per
+    record); the text is checked to be UTF-8 and its line count to match the
+    segment's name.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    for topic, first, last, path in parts:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            if _trimmed_on_purpose(topic):
+                continue
+            raise ChangelogError(
+                f"segment {path} of topic {topic} was deleted before Spark read it: the changelog "
+                "was trimmed or moved under a running pipeline. Restore it, or start the pipeline "
+                "from a new checkpoint and snapshot",
+                path=path,
+                topic=topic,
+                offset=first,
+            ) from None
+        count = last - first + 1
+        buf = np.frombuffer(data, dtype=np.uint8)
+        ends = np.flatnonzero(buf == 10)
+        if len(ends) != count or not data.endswith(b"\n"):
+            raise ChangelogError(
+                f"segment {path} of topic {topic} holds {len(ends)} complete lines but its name "
+                f"says {count} ({segment_name(first, last)}): the changelog is damaged. Restore "
+                "the segment from a backup",
+                path=path,
+                topic=topic,
+                offset=first,
+            )
+        # Drop the newlines: record i then spans [ends[i-1] + 1 - i, ends[i] - i).
+        offsets = np.empty(count + 1, dtype=np.int32 if len(data) < 2**31 else np.int64)
+        offsets[0] = 0
+        offsets[1:] = ends - np.arange(count)
+        body = np.delete(buf, ends)
+        string = pa.string() if offsets.dtype == np.int32 else pa.large_string()
+        values = pa.Array.from_buffers(string, count, [None, pa.py_buffer(offsets), pa.py_buffer(body)])
+        try:
+            values.validate(full=True)
+        except pa.ArrowInvalid as e:
+            raise ChangelogError(
+                f"segment {path} of topic {topic} is not UTF-8 text ({e}): the changelog is "
+                "damaged or was written by something else",
+                path=path,
+                topic=topic,
+                offset=first,
+            ) from None
+        if string != pa.string():
+            values = values.cast(pa.string())
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([topic] * count, pa.string()),
+                values,
+                pa.array(np.full(count, first, dtype=np.int64)),
+                pa.array(np.full(count, last, dtype=np.int64)),
+                pa.array([path] * count, pa.string()),
+            ],
+            names=["topic", "value", "seg_first", "seg_last", "path"],
+        )
+
+
+@dataclass(frozen=True)
+class _Options:
+    root: Path
+    sources: tuple[str, ...]
+    max_files: int
+    max_bytes: int
+    parallelism: int
+
+
+def _options(options: Any) -> _Options:
+    return _Options(
+        root=Path(options["path"]),
+        sources=tuple(s for s in options["sources"].split(",") if s),
+        max_files=int(options.get("maxFilesPerTrigger", "0")),
+        max_bytes=int(options.get("maxBytesPerTrigger", "0")),
+        parallelism=int(options.get("parallelism", "2")),
+    )
+
+
+def register(spark: Any) -> None:
+    """Register :data:`FORMAT` with ``spark`` (idempotent)."""
+    spark.dataSource.register(_source_class())
+
+
+def read_stream(
+    spark: Any, root: Path, sources: Sequence[str], *, max_bytes: int = 0, max_files: int = 0
+) -> Any:
+    """A streaming frame of :data:`SCHEMA` rows: the segments of ``sources`` under ``root``."""
+    register(spark)
+    reader = (
+        spark.readStream.format(FORMAT)
+        .option("path", str(Path(root).absolute()))
+        .option("sources", ",".join(sources))
+        .option("parallelism", str(spark.sparkContext.defaultParallelism))
+    )
+    if max_files > 0:
+        reader = reader.option("maxFilesPerTrigger", str(max_files))
+    if max_bytes > 0:
+        reader = reader.option("maxBytesPerTrigger", str(max_bytes))
+    return reader.load()
+
+
+def _source_class() -> type:
+    # PySpark is imported only where a Spark session exists.
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxBytes,
+        ReadMaxFiles,
+        SupportsTriggerAvailableNow,
+    )
+
+    class Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, opts: _Options) -> None:
+            self.opts = opts
+            self.cap: dict[str, int] | None = None
+            self.gaps: dict[tuple[str, int], float] = {}  # first seen (monotonic)
+
+        def initialOffset(self) -> dict[str, Any]:
+            return {"topics": {}}
+
+        def getDefaultReadLimit(self) -> Any:
+            if self.opts.max_files:
+                return ReadMaxFiles(self.opts.max_files)
+            if self.opts.max_bytes:
+                return ReadMaxBytes(self.opts.max_bytes)
+            return ReadAllAvailable()
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            self.cap = plan_end(self.opts.root, self.opts.sources, {})[0]
+
+        def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+            files = limit.max_files if isinstance(limit, ReadMaxFiles) else 0
+            size = limit.max_bytes if isinstance(limit, ReadMaxBytes) else 0
+            end, gaps = plan_end(
+                self.opts.root,
+                self.opts.sources,
+                start["topics"],
+                max_files=files,
+                max_bytes=size,
+                cap=self.cap,
+            )
+            now = time.monotonic()
+            seen = {(g.topic, g.expected): self.gaps.get((g.topic, g.expected), now) for g in gaps}
+            self.gaps = seen
+            for g in gaps:
+                if now - seen[(g.topic, g.expected)] > GAP_TIMEOUT:
+                    raise g.error(now - seen[(g.topic, g.expected)])
+            return {"topics": end}
+
+        def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Any]:
+            bins = plan_partitions(
+                self.opts.root, self.opts.sources, start["topics"], end["topics"], self.opts.parallelism
+            )
+            return [InputPartition(b) for b in bins]
+
+        def read(self, partition: Any) -> Iterator[Any]:
+            return read_segments(partition.value)
+
+        def commit(self, end: dict[str, Any]) -> None:
+            pass
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return FORMAT
+
+        def schema(self) -> str:
+            return SCHEMA
+
+        def streamReader(self, schema: Any) -> Any:
+            return Reader(_options(self.options))
+
+    return Source

@@ -1,0 +1,79 @@
+"""The changelog read by offset through a real Spark streaming query
+(txjoin.changelog.stream): every record once across restarts and read limits,
+a checkpoint that stays one number per topic however many segments it has
+read, and a checkpoint that Spark's file source began keeps that source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from txjoin.changelog import SegmentChangelog
+from txjoin.decode import ChangelogInput, raw_stream
+
+pytestmark = pytest.mark.spark
+
+
+def _append(root: Path, start: int, count: int, per_segment: int) -> None:
+    with SegmentChangelog(root) as w:
+        for i in range(start, start + count):
+            w.append("s.public.a", json.dumps({"i": i, "t": "é€"}).encode())
+            if (i + 1) % per_segment == 0:
+                w.append("s.transaction", json.dumps({"end": i}).encode())
+                w.flush()
+
+
+def _drain(spark: Any, root: Path, ck: Path, max_bytes: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """Run the reader over ``ck`` with Trigger.AvailableNow; (records read, batches with data)."""
+    rows: list[dict[str, Any]] = []
+    batches = [0]
+
+    def sink(df: Any, _: int) -> None:
+        got = [r.asDict() for r in df.collect()]
+        rows.extend(got)
+        batches[0] += bool(got)
+
+    df = raw_stream(spark, ChangelogInput("files", root, max_batch_bytes=max_bytes), ["s"], ck)
+    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(ck)).trigger(availableNow=True).start()
+    q.awaitTermination()
+    assert q.exception() is None, q.exception()
+    return rows, batches[0]
+
+
+def _data(rows: list[dict[str, Any]]) -> list[int]:
+    return [json.loads(r["value"])["i"] for r in rows if r["topic"] == "s.public.a"]
+
+
+def test_offsets_read_every_record_once_across_restarts_and_limits(spark: Any, tmp_path: Path) -> None:
+    root, ck = tmp_path / "changelog", tmp_path / "checkpoint"
+    _append(root, 0, 300, 3)
+    rows, batches = _drain(spark, root, ck, max_bytes=2_000)
+    assert sorted(_data(rows)) == list(range(300))
+    assert batches > 3  # the byte limit split the backlog
+    assert {json.loads(r["value"])["t"] for r in rows if r["topic"] == "s.public.a"} == {"é€"}
+    for r in rows:  # each record carries its segment's range, which holds its offset
+        if r["topic"] == "s.public.a":
+            assert r["seg_first"] <= json.loads(r["value"])["i"] <= r["seg_last"]
+    assert not (ck / "sources").exists()  # no file list: Spark's file source was not used
+    _append(root, 300, 30, 3)
+    rows, _ = _drain(spark, root, ck)
+    assert sorted(_data(rows)) == list(range(300, 330))
+    # The checkpoint's offsets are one number per topic, not a list of files.
+    last = max((ck / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert json.loads(last.read_text().splitlines()[-1]) == {"topics": {"s.transaction": 110, "s.public.a": 330}}
+
+
+def test_a_checkpoint_begun_by_the_file_source_keeps_it(spark: Any, tmp_path: Path) -> None:
+    root, ck = tmp_path / "changelog", tmp_path / "checkpoint"
+    (ck / "sources" / "0").mkdir(parents=True)  # as a query of the file-source reader leaves it
+    _append(root, 0, 30, 3)
+    rows, _ = _drain(spark, root, ck)
+    assert sorted(_data(rows)) == list(range(30))
+    logged = "".join(p.read_text() for p in (ck / "sources" / "0").iterdir() if p.is_file())
+    assert "00000000000000000000-00000000000000000002.jsonl" in logged  # the file source's log
+    _append(root, 30, 30, 3)
+    rows, _ = _drain(spark, root, ck)
+    assert sorted(_data(rows)) == list(range(30, 60))

@@ -1,0 +1,163 @@
+"""The changelog's offset-reading Spark source, its pure planning and reading (no Spark):
+txjoin.changelog.stream. The Spark query around it runs in the assembly and pipeline suites."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support.profiles import examples
+from txjoin.changelog import SegmentChangelog, segment_name
+from txjoin.changelog.stream import plan_end, plan_partitions, read_segments, source_topics
+from txjoin.errors import ChangelogError
+
+
+def _seg(root: Path, topic: str, first: int, last: int, mtime: int | None = None) -> Path:
+    d = root / topic
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / segment_name(first, last)
+    p.write_bytes(b"".join(b'{"o": %d}\n' % o for o in range(first, last + 1)))
+    if mtime is not None:
+        os.utime(p, ns=(mtime, mtime))
+    return p
+
+
+def _values(root: Path, start: dict[str, int], end: dict[str, int], parallelism: int = 2) -> list[tuple]:
+    rows = []
+    for part in plan_partitions(root, ["s"], start, end, parallelism):
+        for batch in read_segments(part):
+            rows.extend(zip(*[c.to_pylist() for c in batch.columns], strict=True))
+    return sorted(rows, key=lambda r: (r[0], r[2]))  # stable: a segment's records keep their order
+
+
+def test_reads_every_topic_of_the_sources_once_from_the_offset_reached(tmp_path: Path) -> None:
+    with SegmentChangelog(tmp_path) as w:
+        for i in range(3):
+            w.append("s.public.a", b'{"a": %d}' % i)
+            w.append("s.transaction", b'{"t": %d}' % i)
+            w.append("other.public.b", b"{}")
+            w.flush()
+    assert source_topics(tmp_path, ["s"]) == ["s.transaction", "s.public.a"]
+    end, gaps = plan_end(tmp_path, ["s"], {})
+    assert (end, gaps) == ({"s.transaction": 3, "s.public.a": 3}, [])
+    rows = _values(tmp_path, {}, end)
+    assert [(r[0], r[1]) for r in rows] == [
+        *[("s.public.a", f'{{"a": {i}}}') for i in range(3)],
+        *[("s.transaction", f'{{"t": {i}}}') for i in range(3)],
+    ]
+    assert all(r[2] == r[3] for r in rows)  # one record per segment here
+    # Nothing new: the same offsets, nothing to read.
+    assert plan_end(tmp_path, ["s"], end) == (end, [])
+    assert plan_partitions(tmp_path, ["s"], end, end, 2) == []
+    with SegmentChangelog(tmp_path) as w:
+        w.append("s.public.a", b'{"a": 3}')
+        w.flush()
+    end2, _ = plan_end(tmp_path, ["s"], end)
+    assert end2 == {"s.transaction": 3, "s.public.a": 4}
+    assert [r[1] for r in _values(tmp_path, end, end2)] == ['{"a": 3}']
+
+
+def test_a_gap_stops_the_topic_short_and_is_reported(tmp_path: Path) -> None:
+    _seg(tmp_path, "s.public.a", 0, 1)
+    late = _seg(tmp_path, "s.public.a", 5, 6)
+    end, gaps = plan_end(tmp_path, ["s"], {})
+    assert end == {"s.public.a": 2}
+    assert [(g.topic, g.expected, g.after) for g in gaps] == [("s.public.a", 2, str(late))]
+    assert "offsets from 2 of topic s.public.a" in str(gaps[0].error(61.0))
+    # A new topic starts at 0: a first segment past 0 is a gap, not a start.
+    _seg(tmp_path, "s.public.b", 3, 3)
+    end, gaps = plan_end(tmp_path, ["s"], {})
+    assert "s.public.b" not in end
+    assert {g.topic for g in gaps} == {"s.public.a", "s.public.b"}
+    _seg(tmp_path, "s.public.a", 2, 4)
+    end, gaps = plan_end(tmp_path, ["s"], {"s.public.a": 2})
+    assert end["s.public.a"] == 7
+    assert [g.topic for g in gaps] == ["s.public.b"]
+
+
+def test_a_trimmed_heartbeat_topic_moves_on_to_its_first_kept_segment(tmp_path: Path) -> None:
+    _seg(tmp_path, "s.heartbeat", 40, 40)
+    end, gaps = plan_end(tmp_path, ["s"], {"s.heartbeat": 3})
+    assert (end, gaps) == ({"s.heartbeat": 41}, [])
+
+
+def test_limits_admit_oldest_segments_first_as_contiguous_prefixes(tmp_path: Path) -> None:
+    t0 = 1_700_000_000 * 10**9
+    _seg(tmp_path, "s.public.a", 0, 0, t0 + 1)
+    _seg(tmp_path, "s.transaction", 0, 0, t0 + 2)
+    _seg(tmp_path, "s.public.a", 1, 1, t0 + 3)
+    _seg(tmp_path, "s.transaction", 1, 1, t0 + 4)
+    assert plan_end(tmp_path, ["s"], {}, max_files=3)[0] == {"s.public.a": 2, "s.transaction": 1}
+    assert plan_end(tmp_path, ["s"], {}, max_files=1)[0] == {"s.public.a": 1, "s.transaction": 0}
+    # At least one segment even if it is over the byte limit.
+    assert plan_end(tmp_path, ["s"], {}, max_bytes=1)[0] == {"s.public.a": 1, "s.transaction": 0}
+    assert plan_end(tmp_path, ["s"], {}, max_bytes=10**6)[0] == {"s.public.a": 2, "s.transaction": 2}
+    # A segment older than its predecessor in the topic (a clock step) never jumps the queue.
+    _seg(tmp_path, "s.public.a", 2, 2, t0)
+    assert plan_end(tmp_path, ["s"], {}, max_files=1)[0] == {"s.public.a": 1, "s.transaction": 0}
+    # Trigger.AvailableNow's cap.
+    assert plan_end(tmp_path, ["s"], {}, cap={"s.public.a": 2})[0] == {"s.public.a": 2}
+
+
+def test_partitions_cover_the_range_once_within_the_parallelism(tmp_path: Path) -> None:
+    for i in range(0, 30, 3):
+        _seg(tmp_path, "s.public.a", i, i + 2)
+    for i in range(5):
+        _seg(tmp_path, "s.transaction", i, i)
+    start = {"s.public.a": 6, "s.transaction": 1}
+    end, _ = plan_end(tmp_path, ["s"], start)
+    bins = plan_partitions(tmp_path, ["s"], start, end, 3)
+    assert len(bins) == 3
+    got = sorted((p[0], p[1]) for b in bins for p in b)
+    want = sorted([("s.public.a", i) for i in range(6, 30, 3)] + [("s.transaction", i) for i in range(1, 5)])
+    assert got == want
+
+
+def test_damaged_segments_are_refused_naming_the_file(tmp_path: Path) -> None:
+    p = _seg(tmp_path, "s.public.a", 0, 2)
+    p.write_bytes(b'{"o": 0}\n{"o": 1}\n')
+    with pytest.raises(ChangelogError, match=r"holds 2 complete lines but its name says 3"):
+        list(read_segments([("s.public.a", 0, 2, str(p))]))
+    p.write_bytes(b'{"o": 0}\n{"o": 1}\n{"o": "\xff"}\n')
+    with pytest.raises(ChangelogError, match=r"is not UTF-8 text"):
+        list(read_segments([("s.public.a", 0, 2, str(p))]))
+    p.unlink()
+    with pytest.raises(ChangelogError, match=r"was deleted before Spark read it"):
+        list(read_segments([("s.public.a", 0, 2, str(p))]))
+    assert list(read_segments([("s.heartbeat", 0, 2, str(p))])) == []  # trimmed on purpose
+    (tmp_path / "s.public.a" / "notes.txt").write_text("x")
+    with pytest.raises(ChangelogError, match=r"notes.txt in topic s.public.a is not a changelog segment"):
+        plan_end(tmp_path, ["s"], {})
+
+
+_record = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=examples(ci=50, thorough=500), deadline=None)
+@given(st.lists(st.lists(_record, min_size=1, max_size=6), min_size=1, max_size=6))
+def test_records_come_back_exactly_as_written(
+    tmp_path_factory: pytest.TempPathFactory, segments: list
+) -> None:
+    root = tmp_path_factory.mktemp("cl")
+    with SegmentChangelog(root) as w:
+        for seg in segments:
+            for r in seg:
+                w.append("s.public.a", r.encode())
+            w.flush()
+    end, gaps = plan_end(root, ["s"], {})
+    assert gaps == []
+    assert end == {"s.public.a": sum(map(len, segments))}
+    rows = _values(root, {}, end, parallelism=2)
+    assert [r[1] for r in rows] == [r for seg in segments for r in seg]
+    firsts = [0]
+    for seg in segments:
+        firsts.append(firsts[-1] + len(seg))
+    assert [(r[2], r[3]) for r in rows] == [
+        (firsts[i], firsts[i + 1] - 1) for i, seg in enumerate(segments) for _ in seg
+    ]
