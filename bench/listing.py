@@ -3,15 +3,17 @@
 Capture writes one segment file per topic per flush. Spark's file source
 lists every file of every topic directory at each trigger (``latestOffset``)
 and logs every name in its checkpoint; txjoin's changelog source
-(:mod:`txjoin.changelog.stream`) lists names from the offset it has reached
-on. This measures both as a changelog ages: a topic directory holding N
-segment files is read by a streaming query; once the first batch has taken
-the existing files, one new segment arrives every 1.5 s, and the median
+(:mod:`txjoin.changelog.stream`) finds the segments past the offset it has
+reached in the topic's index (:mod:`txjoin.changelog.index`), which capture's
+writer builds when it opens on the existing segments and appends to. This
+measures both as a changelog ages: a topic directory holding N segment files
+is read by a streaming query; once the first batch has taken the existing
+files, capture's writer adds one segment every 1.5 s, and the median
 ``latestOffset`` and trigger time of the batches that carry them, and the
 checkpoint's size, are reported per N and reader. Spark's file source (the
 reader before) is the baseline.
 
-    .venv/bin/python -m bench.listing --files 1000,10000,50000
+    .venv/bin/python -m bench.listing --files 1000,10000,50000,200000
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine, write_figures
-from txjoin.changelog import SEGMENT_GLOB
+from txjoin.changelog import SEGMENT_GLOB, SegmentChangelog
 from txjoin.changelog.stream import read_stream
 from txjoin.session import spark_session
 
@@ -47,6 +49,9 @@ def latest_offset_s(spark: Any, files: int, probes: int, reader: str) -> tuple[f
         topic.mkdir(parents=True)
         for i in range(files):
             _segment(topic, i)
+        # New segments come from capture's writer, which opens on the existing ones (and
+        # indexes them, as it does a changelog written before the index).
+        writer = SegmentChangelog(work / "changelog")
         if reader == "spark":
             df = spark.readStream.format("text").option("pathGlobFilter", SEGMENT_GLOB).load(str(topic))
         else:
@@ -64,12 +69,14 @@ def latest_offset_s(spark: Any, files: int, probes: int, reader: str) -> tuple[f
                     raise RuntimeError(f"the first batch over {files} files did not finish in 600 s")
                 time.sleep(0.5)
             first = len(q.recentProgress)
-            for j in range(probes):
-                _segment(topic, files + j)
+            for _ in range(probes):
+                writer.append("s.public.t", b'{"ts_ms": 1}')
+                writer.flush()
                 time.sleep(1.5)
             progress = [p for p in q.recentProgress[first:] if p["numInputRows"]]
         finally:
             q.stop()
+            writer.close()
         latest = statistics.median(p["durationMs"]["latestOffset"] / 1000 for p in progress)
         trigger = statistics.median(p["durationMs"]["triggerExecution"] / 1000 for p in progress)
         return float(latest), float(trigger), _bytes(work / "checkpoint")
@@ -79,7 +86,8 @@ def latest_offset_s(spark: Any, files: int, probes: int, reader: str) -> tuple[f
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--files", default="1000,10000,50000", help="segment files per topic, comma-separated")
+    ap.add_argument("--files", default="1000,10000,50000,200000", help="segment files per topic, comma list")
+    ap.add_argument("--spark-max", type=int, default=50000, help="largest size read by Spark's file source")
     ap.add_argument("--probes", type=int, default=6, help="new segments measured per size")
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
@@ -87,7 +95,7 @@ def main() -> None:
     print(f"machine: {machine()}")
     out: dict[str, Any] = {}
     for n in (int(x) for x in args.files.split(",")):
-        for reader in ("spark", "txjoin"):
+        for reader in ("spark", "txjoin") if n <= args.spark_max else ("txjoin",):
             latest, trigger, ck = latest_offset_s(spark, n, args.probes, reader)
             out[f"{reader}/{n}"] = {"latest_offset_s": latest, "trigger_s": trigger, "checkpoint_bytes": ck}
             print(

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.profiles import examples
-from txjoin.changelog import SegmentChangelog, segment_name
+from txjoin.changelog import SegmentChangelog, segment_name, stream
 from txjoin.changelog.stream import plan_end, plan_partitions, read_segments, source_topics
 from txjoin.errors import ChangelogError
 
@@ -110,11 +110,16 @@ def test_partitions_cover_the_range_once_within_the_parallelism(tmp_path: Path) 
         _seg(tmp_path, "s.transaction", i, i)
     start = {"s.public.a": 6, "s.transaction": 1}
     end, _ = plan_end(tmp_path, ["s"], start)
+    want = sorted([("s.public.a", i) for i in range(6, 30, 3)] + [("s.transaction", i) for i in range(1, 5)])
+    small = plan_partitions(tmp_path, ["s"], start, end, 3)
+    assert len(small) == 1  # a few kilobytes: one task
+    assert sorted((p[0], p[1]) for b in small for p in b) == want
+    for b in small:
+        for p in b:  # past MIN_PARTITION_BYTES in all: as many tasks as cores
+            Path(p[3]).write_bytes(Path(p[3]).read_bytes() * 100_000)
     bins = plan_partitions(tmp_path, ["s"], start, end, 3)
     assert len(bins) == 3
-    got = sorted((p[0], p[1]) for b in bins for p in b)
-    want = sorted([("s.public.a", i) for i in range(6, 30, 3)] + [("s.transaction", i) for i in range(1, 5)])
-    assert got == want
+    assert sorted((p[0], p[1]) for b in bins for p in b) == want
 
 
 def test_damaged_segments_are_refused_naming_the_file(tmp_path: Path) -> None:
@@ -161,3 +166,25 @@ def test_records_come_back_exactly_as_written(
     assert [(r[2], r[3]) for r in rows] == [
         (firsts[i], firsts[i + 1] - 1) for i, seg in enumerate(segments) for _ in seg
     ]
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_a_backlog_is_read_a_bounded_number_of_segments_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, indexed: bool
+) -> None:
+    monkeypatch.setattr(stream, "MAX_SEGMENTS", 4)
+    if indexed:
+        with SegmentChangelog(tmp_path) as w:
+            for _ in range(10):
+                w.append("s.public.a", b"{}")
+                w.flush()
+    else:
+        for i in range(10):
+            _seg(tmp_path, "s.public.a", i, i)
+    start: dict[str, int] = {}
+    ends = []
+    while not ends or ends[-1] != start:
+        ends.append(start)
+        start = plan_end(tmp_path, ["s"], start)[0]
+    assert [e.get("s.public.a") for e in ends] == [None, 4, 8, 10]
+    assert start == {"s.public.a": 10}

@@ -6,6 +6,7 @@ Layout (docs/design.md, "Changelog layout")::
     <root>/_writer.lock                              held by the one writer (its pid inside)
     <root>/_writer.<source>.lock                     or, one writer per source, each owning
                                                      the topics of its source only
+    <root>/_index/<topic>                            the topic's segments, for readers (index.py)
     <root>/_*/                                       metadata of other components, not topics
 
 Capture writes through its ``ChangelogWriter`` port
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import time
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txjoin.changelog import snapshots
+from txjoin.changelog import index, snapshots
 from txjoin.changelog.schemas import SchemaLog
 from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, TRANSACTION_SUFFIX
 from txjoin.errors import ChangelogError, ConfigError
@@ -65,6 +67,7 @@ _TEMP_RE = re.compile(r"^\.\d{20}\.tmp$")
 # Kafka's legal topic names, minus a leading '.' or '_' (hidden from Spark's file source).
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9-][A-Za-z0-9._-]{0,248}$")
 _MAX_OFFSET = 10**20 - 1
+_log = logging.getLogger(__name__)
 # A directory listing can miss a segment renamed while it runs (and, with
 # trimming, see an old segment deleted during it): list again before calling
 # a gap damage.
@@ -260,6 +263,8 @@ class SegmentChangelog:
                 self._dirs.add(topic)
                 segs = _scan_topic(self.root, topic, clean=True, attempts=1)
                 self._next[topic] = segs[-1].last + 1 if segs else 0
+                # A crash may have left the index a record short (or torn): readers list meanwhile.
+                self._index(index.rewrite, topic, [(s.first, s.last) for s in segs])
         except BaseException:
             # A refused open must not keep the lock: the user fixes the store and retries.
             os.close(self._lock_fd)
@@ -399,6 +404,23 @@ class SegmentChangelog:
                 offset=first,
             ) from e
         self._next[topic] = last + 1
+        # After the rename, outside the try: the segment is visible, so a failed index write
+        # must not fail the flush (whose retry would write the same offsets again).
+        self._index(index.append, topic, first, last)
+
+    def _index(self, op: Any, topic: str, *args: Any) -> None:
+        """Update the index of ``topic``; on an I/O error readers list its directory instead
+        (the index goes stale) until a writer opens again."""
+        try:
+            op(self.root, topic, *args)
+        except OSError as e:
+            _log.warning(
+                "cannot update the segment index of topic %s in %s (%s): readers list the topic "
+                "directory instead, which is slower, until capture restarts",
+                topic,
+                self.root,
+                e.strerror or e,
+            )
 
     def read_backwards(self, topic: str) -> Iterator[bytes]:
         """The visible records of ``topic``, newest first (capture's restart reads its last END)."""
@@ -414,9 +436,11 @@ class SegmentChangelog:
                 topic=topic,
             )
         segs = _scan_topic(self.root, topic, clean=False, attempts=_LIST_ATTEMPTS)
-        for seg in segs[: max(0, len(segs) - keep)]:
+        cut = max(0, len(segs) - keep)
+        for seg in segs[:cut]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(seg.path)
+        self._index(index.rewrite, topic, [(s.first, s.last) for s in segs[cut:]])
 
     def record_schema(
         self,

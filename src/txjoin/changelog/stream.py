@@ -4,9 +4,10 @@ Spark's file source lists every file of every topic directory at each
 trigger and keeps every file name it has read in its checkpoint, so the
 fixed cost of a micro-batch grows with the pipeline's age (bench/NOTES.md:
 ``latestOffset`` 0.06 s at 1,000 segments a topic, 1.09 s at 50,000). This
-source's offset is, per topic, the next record to read: a trigger lists the
-names of each topic directory (no stat, no file index) and parses only those
-from that offset on, and its checkpoint entry is one number per topic.
+source's offset is, per topic, the next record to read: a trigger finds the
+segments past it in the topic's index (:mod:`.index`, a binary search; the
+directory is listed only when the index is missing or stale), and its
+checkpoint entry is one number per topic.
 
 Pure planning (:func:`plan_end`, :func:`plan_partitions`) and reading
 (:func:`read_segments`) are plain functions; :class:`ChangelogSource` is the
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from txjoin.changelog import index
 from txjoin.changelog.segments import _LIST_ATTEMPTS, _TOPIC_RE, parse_segment_name, segment_name
 from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX, TRANSACTION_SUFFIX
 from txjoin.errors import ChangelogError
@@ -60,6 +62,8 @@ SCHEMA = "topic string, value string, seg_first long, seg_last long, path string
 #: order, so only damage (or a copy restoring the changelog) leaves one.
 GAP_TIMEOUT = 60.0
 
+#: Most segments of one topic a micro-batch reads (a backlog is read over several).
+MAX_SEGMENTS = 10_000
 #: Bytes of segments below which a micro-batch is read by one task.
 MIN_PARTITION_BYTES = 1 << 20
 
@@ -103,42 +107,62 @@ class Gap:
         )
 
 
+def _contiguous(topic: str, parts: list[Part], start: int | None) -> tuple[int, int]:
+    """How many of ``parts`` (sorted) continue ``start`` without a gap, and the offset after."""
+    expected = start or 0
+    if parts and _trimmed_on_purpose(topic):
+        expected = max(expected, parts[0][1])
+    k = 0
+    while k < len(parts) and parts[k][1] == expected:
+        expected = parts[k][2] + 1
+        k += 1
+    return k, expected
+
+
+def _listed(root: Path, topic: str, start: int | None) -> list[Part]:
+    """Segments named from offset ``start`` on, by listing the topic directory."""
+    d = root / topic
+    # The source never stops inside a segment, so names from ``start``'s own on are enough,
+    # and the names are zero-padded: a string comparison skips older ones unparsed.
+    key = "" if start is None else f"{start:020d}"
+    try:
+        names = [n for n in os.listdir(d) if n >= key and not n.startswith(".")]
+    except FileNotFoundError:
+        return []
+    parts: list[Part] = []
+    for n in names:
+        rng = parse_segment_name(n)
+        if rng is None or rng[1] < rng[0]:
+            raise ChangelogError(
+                f"{d / n} in topic {topic} is not a changelog segment (expected a file named "
+                "<first:020d>-<last:020d>.jsonl, first <= last): move it out of the changelog "
+                "directory",
+                path=str(d / n),
+                topic=topic,
+            )
+        parts.append((topic, rng[0], rng[1], str(d / n)))
+    parts.sort(key=lambda p: p[1])
+    return parts
+
+
 def _segments_from(root: Path, topic: str, start: int | None) -> tuple[list[Part], Gap | None]:
     """Visible segments of ``topic`` from offset ``start`` on (a new topic: from 0, or a
     heartbeat topic's first kept segment), up to the first gap, and that gap.
 
-    Names are zero-padded, so a string comparison skips older segments
-    without parsing them. Capture renames a topic's segments in offset order,
-    so a gap is damage, or a listing that raced with a rename (listed again).
+    The topic's index (:mod:`.index`) finds them without listing the
+    directory; without a usable one, or if it shows a gap, the directory is
+    listed. Capture renames a topic's segments in offset order, so a gap is
+    damage, or a listing that raced with a rename (listed again).
     """
-    d = root / topic
-    # The source never stops inside a segment, so names from ``start``'s own on are enough.
-    key = "" if start is None else f"{start:020d}"
+    indexed = index.lookup(root, topic, start or 0, limit=MAX_SEGMENTS)
+    if indexed is not None:
+        d = root / topic
+        parts = [(topic, a, b, str(d / segment_name(a, b))) for a, b in indexed]
+        if _contiguous(topic, parts, start)[0] == len(parts):
+            return parts, None
     for attempt in range(_LIST_ATTEMPTS):
-        try:
-            names = [n for n in os.listdir(d) if n >= key and not n.startswith(".")]
-        except FileNotFoundError:
-            return [], None
-        parts: list[Part] = []
-        for n in names:
-            rng = parse_segment_name(n)
-            if rng is None or rng[1] < rng[0]:
-                raise ChangelogError(
-                    f"{d / n} in topic {topic} is not a changelog segment (expected a file named "
-                    "<first:020d>-<last:020d>.jsonl, first <= last): move it out of the changelog "
-                    "directory",
-                    path=str(d / n),
-                    topic=topic,
-                )
-            parts.append((topic, rng[0], rng[1], str(d / n)))
-        parts.sort(key=lambda p: p[1])
-        expected = start or 0
-        if parts and _trimmed_on_purpose(topic):
-            expected = max(expected, parts[0][1])
-        k = 0
-        while k < len(parts) and parts[k][1] == expected:
-            expected = parts[k][2] + 1
-            k += 1
+        parts = _listed(root, topic, start)[:MAX_SEGMENTS]
+        k, expected = _contiguous(topic, parts, start)
         if k == len(parts):
             return parts, None
         if attempt == _LIST_ATTEMPTS - 1:
@@ -186,17 +210,33 @@ def plan_end(
             return 0, 0
         return st.st_mtime_ns, st.st_size
 
-    by_topic: dict[str, list[tuple[int, int, Part]]] = {}
+    # The oldest of the topics' next segments first, each topic a contiguous prefix (a segment
+    # stamped older than its predecessor, a clock step, cannot starve its topic); a segment is
+    # stat'ed only when it is its topic's next, so a backlog costs what the batch takes.
+    pending: dict[str, Iterator[Part]] = {}
+    heap: list[tuple[int, int, str, int, Part]] = []
+
+    def push(topic: str) -> None:
+        p = next(pending[topic], None)
+        if p is not None:
+            mtime, n = stat(p)
+            heapq.heappush(heap, (mtime, p[1], topic, n, p))
+
+    by_topic: dict[str, list[Part]] = {}
     for p in candidates:
-        by_topic.setdefault(p[0], []).append((*stat(p), p))
-    # The oldest of the topics' next segments first: each topic stays a contiguous prefix,
-    # and a segment stamped older than its predecessor (a clock step) cannot starve its topic.
-    size = 0
-    for files, (_, n, p) in enumerate(heapq.merge(*by_topic.values(), key=lambda x: x[0])):
+        by_topic.setdefault(p[0], []).append(p)
+    for topic, parts in by_topic.items():
+        pending[topic] = iter(parts)
+        push(topic)
+    files = size = 0
+    while heap:
+        _, _, topic, n, p = heapq.heappop(heap)
         if (max_files and files >= max_files) or (max_bytes and files and size + n > max_bytes):
             break
-        end[p[0]] = p[2] + 1
+        end[topic] = p[2] + 1
+        files += 1
         size += n
+        push(topic)
     return end, gaps
 
 
