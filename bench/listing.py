@@ -64,9 +64,9 @@ def latest_offset_s(spark: Any, files: int, probes: int, reader: str) -> tuple[f
         )
         try:
             deadline = time.monotonic() + 600
-            while not any(p["numInputRows"] for p in q.recentProgress):  # the existing files
+            while sum(p["numInputRows"] for p in q.recentProgress) < files:  # the existing files
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the first batch over {files} files did not finish in 600 s")
+                    raise RuntimeError(f"the batches over the first {files} files did not finish in 600 s")
                 time.sleep(0.5)
             first = len(q.recentProgress)
             for _ in range(probes):

@@ -188,3 +188,5 @@ def test_a_backlog_is_read_a_bounded_number_of_segments_at_a_time(
         start = plan_end(tmp_path, ["s"], start)[0]
     assert [e.get("s.public.a") for e in ends] == [None, 4, 8, 10]
     assert start == {"s.public.a": 10}
+    # Trigger.AvailableNow's target is everything visible, not one batch's worth.
+    assert stream.visible_end(tmp_path, ["s"]) == {"s.public.a": 10}

@@ -2,8 +2,11 @@
 
 Capture writes through its ``ChangelogWriter`` port, implemented on local files
 by :class:`SegmentChangelog`; restart logic, tests, verify and replay read with
-:class:`ChangelogReader`; the Spark reader finds topics with :func:`topic_glob`
-and a record's segment range in its file name (:data:`SEGMENT_FILE_PATTERN`).
+:class:`ChangelogReader`; the pipeline reads by offset through the Spark source
+in :mod:`.stream`, which finds segments in the writer's per-topic index
+(:mod:`.index`). Checkpoints begun by Spark's file source keep it: topics by
+:func:`topic_glob`, a record's segment range from its file name
+(:data:`SEGMENT_FILE_PATTERN`).
 The changelog also keeps each table topic's columns (:mod:`.schemas`).
 """
 

@@ -11,8 +11,9 @@ Layout (docs/design.md, "Changelog layout")::
 
 Capture writes through its ``ChangelogWriter`` port
 (:mod:`txjoin.capture.writer`); :class:`SegmentChangelog` implements it on a
-local directory, and Spark reads each topic directory as a file stream
-(:func:`topic_glob`, :data:`SEGMENT_FILE_PATTERN`). Visibility is atomic per
+local directory, and the pipeline reads it by offset (:mod:`.stream`, through
+the index the writer keeps: :mod:`.index`), or, for checkpoints it began, as
+Spark file streams (:func:`topic_glob`, :data:`SEGMENT_FILE_PATTERN`). Visibility is atomic per
 segment: a segment is written under a hidden name (Spark's file source skips
 names starting with '.' or '_'), fsynced, renamed into place, and the
 directory fsynced. A writer killed at any

@@ -51,6 +51,7 @@ __all__ = [
     "read_stream",
     "register",
     "source_topics",
+    "visible_end",
 ]
 
 #: The name the source is registered under (``spark.readStream.format(FORMAT)``).
@@ -240,6 +241,17 @@ def plan_end(
     return end, gaps
 
 
+def visible_end(root: Path, sources: Sequence[str]) -> dict[str, int]:
+    """The offsets after every visible record, per topic (Trigger.AvailableNow's target):
+    :func:`plan_end` from the start until it stops moving, past its per-batch bound."""
+    end: dict[str, int] = {}
+    while True:
+        nxt = plan_end(root, sources, end)[0]
+        if nxt == end:
+            return end
+        end = nxt
+
+
 def plan_partitions(
     root: Path, sources: Sequence[str], start: dict[str, int], end: dict[str, int], parallelism: int
 ) -> list[list[Part]]:
@@ -409,7 +421,7 @@ def _source_class() -> type:
             return ReadAllAvailable()
 
         def prepareForTriggerAvailableNow(self) -> None:
-            self.cap = plan_end(self.opts.root, self.opts.sources, {})[0]
+            self.cap = visible_end(self.opts.root, self.opts.sources)
 
         def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
             files = limit.max_files if isinstance(limit, ReadMaxFiles) else 0
