@@ -37,7 +37,12 @@ def _drain(spark: Any, root: Path, ck: Path, max_bytes: int = 0) -> tuple[list[d
         batches[0] += bool(got)
 
     df = raw_stream(spark, ChangelogInput("files", root, max_batch_bytes=max_bytes), ["s"], ck)
-    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(ck)).trigger(availableNow=True).start()
+    q = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     assert q.exception() is None, q.exception()
     return rows, batches[0]
@@ -63,7 +68,9 @@ def test_offsets_read_every_record_once_across_restarts_and_limits(spark: Any, t
     assert sorted(_data(rows)) == list(range(300, 330))
     # The checkpoint's offsets are one number per topic, not a list of files.
     last = max((ck / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
-    assert json.loads(last.read_text().splitlines()[-1]) == {"topics": {"s.transaction": 110, "s.public.a": 330}}
+    assert json.loads(last.read_text().splitlines()[-1]) == {
+        "topics": {"s.transaction": 110, "s.public.a": 330}
+    }
 
 
 def test_a_checkpoint_begun_by_the_file_source_keeps_it(spark: Any, tmp_path: Path) -> None:
@@ -72,7 +79,7 @@ def test_a_checkpoint_begun_by_the_file_source_keeps_it(spark: Any, tmp_path: Pa
     _append(root, 0, 30, 3)
     rows, _ = _drain(spark, root, ck)
     assert sorted(_data(rows)) == list(range(30))
-    logged = "".join(p.read_text() for p in (ck / "sources" / "0").iterdir() if p.is_file())
+    logged = "".join(p.read_text() for p in (ck / "sources" / "0").iterdir() if not p.name.startswith("."))
     assert "00000000000000000000-00000000000000000002.jsonl" in logged  # the file source's log
     _append(root, 30, 30, 3)
     rows, _ = _drain(spark, root, ck)
