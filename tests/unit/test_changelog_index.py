@@ -127,3 +127,17 @@ def test_reads_from_the_index_equal_reads_from_the_listing(
     segs = _listing(root)
     assert idx.lookup(root, TOPIC, 0) == (segs or None)  # None: the topic never got a record
     assert plan_end(root, ["s"], {})[0].get(TOPIC, 0) == (segs[-1][1] + 1 if segs else 0)
+
+
+def test_an_index_that_cannot_be_written_slows_reading_but_never_fails_a_flush(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / idx.INDEX_DIR).write_text("not a directory")  # every index write fails
+    with caplog.at_level("WARNING", logger="txjoin.changelog.segments"):
+        _write(tmp_path, [1, 2, 3])
+    assert _listing(tmp_path) == [(0, 0), (1, 2), (3, 5)]  # every flush landed
+    warnings = [r.getMessage() for r in caplog.records if "segment index" in r.getMessage()]
+    assert len(warnings) == 1  # once per topic and writer, not once per flush
+    assert "topic s.public.a" in warnings[0]
+    assert idx.lookup(tmp_path, TOPIC, 0) is None
+    assert plan_end(tmp_path, ["s"], {})[0] == {TOPIC: 6}  # read by listing

@@ -54,18 +54,30 @@ def append(root: Path, topic: str, first: int, last: int) -> None:
 
 
 def rewrite(root: Path, topic: str, segments: Sequence[tuple[int, int]]) -> None:
-    """Make the index of ``topic`` list exactly ``segments`` (a fresh listing, in order),
-    and fresh: the listing is newer than any change of the directory before it."""
+    """Make the index of ``topic`` list ``segments`` (a fresh listing, in order), and fresh:
+    newer than any change of the directory before the listing.
+
+    An index of the right size whose first and last records match is kept
+    (its middle is written only by :func:`append`; a reader that finds a gap
+    there lists the directory): checking it costs two reads, not the index.
+    """
     path = _path(root, topic)
-    want = b"".join(_record(a, b) for a, b in segments)
-    with contextlib.suppress(FileNotFoundError):
-        if path.read_bytes() == want:
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == RECORD * len(segments) and (
+            not segments
+            or (
+                os.pread(f.fileno(), RECORD, 0) == _record(*segments[0])
+                and os.pread(f.fileno(), RECORD, size - RECORD) == _record(*segments[-1])
+            )
+        ):
             os.utime(path)  # e.g. a temp file cleaned up changed the directory, not the segments
             return
     path.parent.mkdir(exist_ok=True)
     tmp = path.with_name(f".{topic}.tmp")
     with open(tmp, "wb") as f:
-        f.write(want)
+        for i in range(0, len(segments), 1 << 16):  # memory stays bounded on a long history
+            f.write(b"".join(_record(a, b) for a, b in segments[i : i + (1 << 16)]))
     os.replace(tmp, path)
 
 
@@ -76,8 +88,11 @@ def lookup(root: Path, topic: str, start: int, limit: int = 0) -> list[tuple[int
     path = _path(root, topic)
     try:
         changed = os.stat(root / topic).st_mtime_ns
-        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # missing, or unreadable: the listing is the truth anyway
         return None
     try:
         st = os.fstat(fd)

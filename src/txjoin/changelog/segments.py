@@ -255,6 +255,7 @@ class SegmentChangelog:
                 path=str(self.root),
             ) from e
         self._lock_fd = self._lock()
+        self._index_warned: set[str] = set()
         try:
             self._next: dict[str, int] = {}
             self._dirs: set[str] = set()  # topic directories known to exist
@@ -415,6 +416,9 @@ class SegmentChangelog:
         try:
             op(self.root, topic, *args)
         except OSError as e:
+            if topic in self._index_warned:
+                return
+            self._index_warned.add(topic)
             _log.warning(
                 "cannot update the segment index of topic %s in %s (%s): readers list the topic "
                 "directory instead, which is slower, until capture restarts",
