@@ -102,7 +102,7 @@ def test_trimming_rewrites_the_index(tmp_path: Path) -> None:
     st.data(),
 )
 def test_reads_from_the_index_equal_reads_from_the_listing(
-    tmp_path_factory: pytest.TempPathFactory, rounds: list, data: st.DataObject
+    tmp_path_factory: pytest.TempPathFactory, rounds: list[tuple[list[int], str]], data: st.DataObject
 ) -> None:
     """Writers come and go; between them the index loses its last record, is torn, or goes
     stale. From any offset reached, the reader sees what a listing sees, or stops short of it

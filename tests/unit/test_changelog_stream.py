@@ -26,8 +26,11 @@ def _seg(root: Path, topic: str, first: int, last: int, mtime: int | None = None
     return p
 
 
-def _values(root: Path, start: dict[str, int], end: dict[str, int], parallelism: int = 2) -> list[tuple]:
-    rows = []
+Row = tuple[str, str, int, int, str]
+
+
+def _values(root: Path, start: dict[str, int], end: dict[str, int], parallelism: int = 2) -> list[Row]:
+    rows: list[Row] = []
     for part in plan_partitions(root, ["s"], start, end, parallelism):
         for batch in read_segments(part):
             rows.extend(zip(*[c.to_pylist() for c in batch.columns], strict=True))
@@ -140,14 +143,14 @@ def test_damaged_segments_are_refused_naming_the_file(tmp_path: Path) -> None:
 
 
 _record = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), min_size=1, max_size=40
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\n\r"), min_size=1, max_size=40
 )
 
 
 @settings(max_examples=examples(ci=50, thorough=500), deadline=None)
 @given(st.lists(st.lists(_record, min_size=1, max_size=6), min_size=1, max_size=6))
 def test_records_come_back_exactly_as_written(
-    tmp_path_factory: pytest.TempPathFactory, segments: list
+    tmp_path_factory: pytest.TempPathFactory, segments: list[list[str]]
 ) -> None:
     root = tmp_path_factory.mktemp("cl")
     with SegmentChangelog(root) as w:
@@ -182,7 +185,7 @@ def test_a_backlog_is_read_a_bounded_number_of_segments_at_a_time(
         for i in range(10):
             _seg(tmp_path, "s.public.a", i, i)
     start: dict[str, int] = {}
-    ends = []
+    ends: list[dict[str, int]] = []
     while not ends or ends[-1] != start:
         ends.append(start)
         start = plan_end(tmp_path, ["s"], start)[0]
