@@ -30,7 +30,7 @@ from txjoin import errors
 from txjoin.assemble.buffer import AssemblerConfig
 from txjoin.assemble.spark import assemble_stream, state_partitions
 from txjoin.cut import Cut
-from txjoin.decode import changelog_input, read_events
+from txjoin.decode import ReaderKind, changelog_input, read_events
 from txjoin.errors import TxJoinError
 from txjoin.join.batch import BatchStats, JoinStage
 from txjoin.join.plan import OutputPlan
@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 class Pipeline:
     """One pipeline spec running on one Spark session (``tables``: the sources' catalogs, if read)."""
+
+    changelog_reader: ReaderKind = "offsets"  # see txjoin.decode.ChangelogInput
 
     def __init__(
         self,
@@ -103,7 +105,7 @@ class Pipeline:
         """
         self.failure = None
         opts = self.spec.options
-        source = changelog_input(self.spec)
+        source = changelog_input(self.spec, self.changelog_reader)
         cfg = AssemblerConfig(
             max_transaction_events=opts.max_transaction_events,
             stage_events=opts.stage_transaction_events,
@@ -116,10 +118,8 @@ class Pipeline:
         events = read_events(self.spark, source, sorted(self.spec.sources), ck)
         released = assemble_stream(events, cfg)
         writer = released.writeStream.foreachBatch(self.process_batch).option("checkpointLocation", str(ck))
-        if available_now:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=opts.trigger_interval)
+        trigger = {"availableNow": True} if available_now else {"processingTime": opts.trigger_interval}
+        writer = writer.trigger(**trigger)
         with state_partitions(self.spark, len(self.spec.sources)):
             self.query = writer.queryName(f"txjoin_{self.spec.name}").start()
         self.last_progress = time.monotonic()

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from txjoin.changelog import SegmentChangelog
-from txjoin.decode import ChangelogInput, raw_stream
+from txjoin.decode import ChangelogInput, ReaderKind, raw_stream
+from txjoin.errors import ConfigError
 
 pytestmark = pytest.mark.spark
 
@@ -26,7 +27,9 @@ def _append(root: Path, start: int, count: int, per_segment: int) -> None:
                 w.flush()
 
 
-def _drain(spark: Any, root: Path, ck: Path, max_bytes: int = 0) -> tuple[list[dict[str, Any]], int]:
+def _drain(
+    spark: Any, root: Path, ck: Path, max_bytes: int = 0, reader: ReaderKind = "offsets"
+) -> tuple[list[dict[str, Any]], int]:
     """Run the reader over ``ck`` with Trigger.AvailableNow; (records read, batches with data)."""
     rows: list[dict[str, Any]] = []
     batches = [0]
@@ -36,7 +39,7 @@ def _drain(spark: Any, root: Path, ck: Path, max_bytes: int = 0) -> tuple[list[d
         rows.extend(got)
         batches[0] += bool(got)
 
-    df = raw_stream(spark, ChangelogInput("files", root, max_batch_bytes=max_bytes), ["s"], ck)
+    df = raw_stream(spark, ChangelogInput("files", root, max_batch_bytes=max_bytes, reader=reader), ["s"], ck)
     q = (
         df.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(ck))
@@ -84,3 +87,16 @@ def test_a_checkpoint_begun_by_the_file_source_keeps_it(spark: Any, tmp_path: Pa
     _append(root, 30, 30, 3)
     rows, _ = _drain(spark, root, ck)
     assert sorted(_data(rows)) == list(range(30, 60))
+
+
+def test_the_file_source_on_request_and_its_checkpoint_keeps_it(spark: Any, tmp_path: Path) -> None:
+    root, ck = tmp_path / "changelog", tmp_path / "checkpoint"
+    _append(root, 0, 9, 3)
+    rows, _ = _drain(spark, root, ck, reader="files")  # as txjoin check reads
+    assert sorted(_data(rows)) == list(range(9))
+    assert (ck / "sources" / "0").is_dir()
+    _append(root, 9, 9, 3)
+    rows, _ = _drain(spark, root, ck)  # asked for offsets, but the checkpoint decides
+    assert sorted(_data(rows)) == list(range(9, 18))
+    with pytest.raises(ConfigError, match="changelog reader 'kafka' is invalid"):
+        ChangelogInput("files", root, reader="kafka")  # type: ignore[arg-type]
