@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from txjoin.changelog import SegmentChangelog
+from txjoin.changelog import SegmentChangelog, segment_name
 from txjoin.decode import ChangelogInput, ReaderKind, raw_stream
 from txjoin.errors import ConfigError
 
@@ -100,3 +100,15 @@ def test_the_file_source_on_request_and_its_checkpoint_keeps_it(spark: Any, tmp_
     assert sorted(_data(rows)) == list(range(9, 18))
     with pytest.raises(ConfigError, match="changelog reader 'kafka' is invalid"):
         ChangelogInput("files", root, reader="kafka")  # type: ignore[arg-type]
+
+
+def test_a_run_to_the_end_refuses_a_gap_instead_of_stopping_before_it(spark: Any, tmp_path: Path) -> None:
+    root, ck = tmp_path / "changelog", tmp_path / "checkpoint"
+    topic = root / "s.public.a"
+    topic.mkdir(parents=True)
+    for first, last in [(0, 1), (4, 5)]:  # offsets 2..3 missing
+        (topic / segment_name(first, last)).write_text("{}\n" * (last - first + 1))
+    df = raw_stream(spark, ChangelogInput("files", root), ["s"], ck)
+    q = df.writeStream.format("noop").option("checkpointLocation", str(ck)).trigger(availableNow=True).start()
+    with pytest.raises(Exception, match=r"offsets from 2 of topic s\.public\.a are missing"):
+        q.awaitTermination()

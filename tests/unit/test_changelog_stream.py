@@ -70,7 +70,9 @@ def test_a_gap_stops_the_topic_short_and_is_reported(tmp_path: Path) -> None:
     end, gaps = plan_end(tmp_path, ["s"], {})
     assert end == {"s.public.a": 2}
     assert [(g.topic, g.expected, g.after) for g in gaps] == [("s.public.a", 2, str(late))]
-    assert "offsets from 2 of topic s.public.a" in str(gaps[0].error(61.0))
+    assert "offsets from 2 of topic s.public.a have not appeared after 61 s" in str(gaps[0].error(61.0))
+    assert "offsets from 2 of topic s.public.a are missing while" in str(gaps[0].error(None))
+    assert stream.visible_end(tmp_path, ["s"]) == ({"s.public.a": 2}, gaps)
     # A new topic starts at 0: a first segment past 0 is a gap, not a start.
     _seg(tmp_path, "s.public.b", 3, 3)
     end, gaps = plan_end(tmp_path, ["s"], {})
@@ -192,4 +194,4 @@ def test_a_backlog_is_read_a_bounded_number_of_segments_at_a_time(
     assert [e.get("s.public.a") for e in ends] == [None, 4, 8, 10]
     assert start == {"s.public.a": 10}
     # Trigger.AvailableNow's target is everything visible, not one batch's worth.
-    assert stream.visible_end(tmp_path, ["s"]) == {"s.public.a": 10}
+    assert stream.visible_end(tmp_path, ["s"]) == ({"s.public.a": 10}, [])

@@ -96,10 +96,11 @@ class Gap:
     expected: int
     after: str
 
-    def error(self, waited: float) -> ChangelogError:
+    def error(self, waited: float | None) -> ChangelogError:
+        when = "are missing" if waited is None else f"have not appeared after {waited:.0f} s"
         return ChangelogError(
-            f"offsets from {self.expected} of topic {self.topic} have not appeared after "
-            f"{waited:.0f} s while a later segment has ({self.after}): the changelog is damaged "
+            f"offsets from {self.expected} of topic {self.topic} {when} while a later segment "
+            f"is visible ({self.after}): the changelog is damaged "
             "or was trimmed below what this pipeline has read. Restore the missing segments, or "
             "start the pipeline from a new checkpoint and snapshot",
             path=self.after,
@@ -241,14 +242,15 @@ def plan_end(
     return end, gaps
 
 
-def visible_end(root: Path, sources: Sequence[str]) -> dict[str, int]:
-    """The offsets after every visible record, per topic (Trigger.AvailableNow's target):
-    :func:`plan_end` from the start until it stops moving, past its per-batch bound."""
+def visible_end(root: Path, sources: Sequence[str]) -> tuple[dict[str, int], list[Gap]]:
+    """The offsets after every visible record, per topic (Trigger.AvailableNow's target),
+    and the gaps that stop topics short: :func:`plan_end` from the start until it stops
+    moving, past its per-batch bound."""
     end: dict[str, int] = {}
     while True:
-        nxt = plan_end(root, sources, end)[0]
+        nxt, gaps = plan_end(root, sources, end)
         if nxt == end:
-            return end
+            return end, gaps
         end = nxt
 
 
@@ -421,7 +423,11 @@ def _source_class() -> type:
             return ReadAllAvailable()
 
         def prepareForTriggerAvailableNow(self) -> None:
-            self.cap = visible_end(self.opts.root, self.opts.sources)
+            # A run that stops when it has read what is visible cannot wait out a gap: the
+            # records past it would be left unread without a word.
+            self.cap, gaps = visible_end(self.opts.root, self.opts.sources)
+            if gaps:
+                raise gaps[0].error(None)
 
         def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
             files = limit.max_files if isinstance(limit, ReadMaxFiles) else 0
