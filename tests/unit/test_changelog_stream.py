@@ -168,6 +168,8 @@ def test_records_come_back_exactly_as_written(
     firsts = [0]
     for seg in segments:
         firsts.append(firsts[-1] + len(seg))
+    assert {r[0] for r in rows} == {"s.public.a"}
+    assert all(r[4] == str(root / "s.public.a" / segment_name(r[2], r[3])) for r in rows)
     assert [(r[2], r[3]) for r in rows] == [
         (firsts[i], firsts[i + 1] - 1) for i, seg in enumerate(segments) for _ in seg
     ]
