@@ -166,14 +166,12 @@ def raw_stream(spark: Any, inp: ChangelogInput, sources: list[str], checkpoint: 
 
     if not sources:
         raise ConfigError("no sources to read")
-    if inp.kind == "files" and inp.reader == "offsets" and not _file_source_checkpoint(checkpoint):
-        assert inp.path is not None
-        root = Path(inp.path).absolute()
-        root.mkdir(parents=True, exist_ok=True)
-        return read_stream(spark, root, sources, max_bytes=inp.max_batch_bytes)
     if inp.kind == "files":
         assert inp.path is not None
         root = Path(inp.path).absolute()
+        root.mkdir(parents=True, exist_ok=True)
+        if inp.reader == "offsets" and not _file_source_checkpoint(checkpoint):
+            return read_stream(spark, root, sources, max_bytes=inp.max_batch_bytes)
         glob = topic_glob(root, sources)
         reader = spark.readStream.format("text").option("pathGlobFilter", SEGMENT_GLOB)
         if inp.max_batch_bytes > 0:
