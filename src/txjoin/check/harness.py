@@ -251,7 +251,7 @@ def run_check(
     try:
         pipeline = Pipeline(spec, spark)
         # A check starts a query per trigger on a changelog that lives for seconds: Spark's file
-        # source starts 0.9 s sooner than the offset reader (a Python process per query), and
+        # source starts 0.4 s sooner than the offset reader (a Python process per query), and
         # its listing cost never grows here.
         pipeline.changelog_reader = "files"
         oracle = oracle_for(spec, pipeline.plans)
