@@ -171,9 +171,11 @@ def _python_home() -> Iterator[None]:
 
 
 def _shadow_home(package: Path, version: str) -> Path:
-    """A directory of links to the installed PySpark's entries, all but ``python``."""
+    """A directory of links to the installed PySpark's entries, all but ``python``. It lives in
+    the user's cache, not /tmp: the JVM opens its jars through it as it runs, for months, and
+    /tmp cleaners remove what they see unused."""
     tag = hashlib.sha256(f"{package}:{version}".encode()).hexdigest()[:12]
-    home = Path(tempfile.gettempdir()) / f"txjoin-spark-home-{os.getuid()}-{tag}"
+    home = _cache_dir() / f"spark-home-{os.getuid()}-{tag}"
     if home.is_dir():
         return home
     tmp = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
@@ -187,6 +189,16 @@ def _shadow_home(package: Path, version: str) -> Path:
             link.unlink()
         tmp.rmdir()
     return home
+
+
+def _cache_dir() -> Path:
+    """txjoin's directory in the user's cache (XDG), or the temp directory if that is not writable."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "txjoin"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return Path(tempfile.gettempdir())
+    return base if os.access(base, os.W_OK) else Path(tempfile.gettempdir())
 
 
 #: Where the driver JVM's own output goes (None: the terminal, TXJOIN_SPARK_VERBOSE=1).

@@ -36,3 +36,32 @@ def test_a_spark_home_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_
     with _python_home():
         assert os.environ["SPARK_HOME"] == str(tmp_path)
     assert os.environ["SPARK_HOME"] == str(tmp_path)
+
+
+def test_the_links_live_in_the_user_s_cache_not_in_tmp(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A /tmp cleaner would remove links the JVM still opens jars through, months into a run.
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with _python_home():
+        home = Path(os.environ["SPARK_HOME"])
+    assert home.parent == tmp_path / "cache" / "txjoin"
+    with _python_home():
+        assert Path(os.environ["SPARK_HOME"]) == home  # made once
+    assert [p.name for p in home.parent.iterdir()] == [home.name]  # no leftovers
+
+
+def test_an_unwritable_cache_falls_back_to_the_temp_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file" / "cache"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr("tempfile.tempdir", None)
+    with _python_home():
+        home = Path(os.environ["SPARK_HOME"])
+    assert home.parent == tmp_path / "tmp"
+    assert (home / "jars").resolve() == (PACKAGE / "jars").resolve()
