@@ -124,4 +124,5 @@ def test_python_workers_import_pyspark_from_site_packages_not_spark_s_zip(spark:
             yield pd.DataFrame({"path": [pyspark.__file__]})
 
     (path,) = [r.path for r in spark.range(1).mapInPandas(where, "path string").collect()]
-    assert ".zip" not in path and path.endswith("pyspark/__init__.py"), path
+    assert ".zip" not in path
+    assert path.endswith("pyspark/__init__.py")
