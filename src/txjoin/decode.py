@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from txjoin.changelog import SEGMENT_FILE_PATTERN, SEGMENT_GLOB, topic_glob
 from txjoin.changelog.stream import read_stream
@@ -96,10 +96,9 @@ class ChangelogInput:
             )
         if self.kind in ("files", "debezium") and self.path is None:
             raise ConfigError(f"changelog kind {self.kind!r} needs a path")
-        if self.reader not in ("offsets", "files"):
-            raise ConfigError(
-                f"changelog reader {self.reader!r} is invalid: valid values are 'offsets', 'files'"
-            )
+        if self.reader not in get_args(ReaderKind):
+            valid = ", ".join(repr(k) for k in get_args(ReaderKind))
+            raise ConfigError(f"changelog reader {self.reader!r} is invalid: valid values are {valid}")
         if self.kind == "kafka" and "kafka.bootstrap.servers" not in self.kafka_options:
             raise ConfigError("changelog kind 'kafka' needs kafka_options['kafka.bootstrap.servers']")
 
