@@ -101,7 +101,13 @@ def test_watchdog_stops_when_the_query_stops_on_its_own(spark: Any, pg_db: str, 
         pipeline = Pipeline(spec, spark)
         try:
             pipeline.start()
-            time.sleep(1)
+            # Stop between batches: a stop during one cancels its Spark jobs, which is a
+            # different case (the batch fails) from a query that ends on its own.
+            deadline = time.monotonic() + 60
+            while not pipeline.history or pipeline.query.status["isTriggerActive"]:
+                assert time.monotonic() < deadline, "the first batch did not finish in 60 s"
+                pipeline.check()
+                time.sleep(0.1)
             pipeline.check()  # running: nothing to say
             pipeline.query.stop()  # as if Spark ended it without an exception
             error = _until_raised(pipeline, 10)
