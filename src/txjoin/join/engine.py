@@ -208,9 +208,11 @@ class SparkEngine:
                 data = pa.schema([(n, value_type(table.types[n])) for n in names]).empty_table()
             views[plan.view(alias)] = to_spark(data, table)
         sql = self._register(plan, views)
+        from pyspark.errors import AnalysisException  # lazily: bench.apply runs without Spark
+
         try:
             result: pa.Table = self.spark.sql(sql).toArrow()
-        except Exception as e:  # Spark's analysis errors: name the output
+        except AnalysisException as e:  # not runtime errors: a stop's cancelled job is no SQL fault
             text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UnsupportedQuery(
                 f"output {plan.name!r}: Spark could not run the translated SQL: {text}. "

@@ -76,6 +76,8 @@ def recompute_files(
             d = work / alias
             exported += export(store, tables[info.name], _columns(plan, store, alias), d)
             spark.read.parquet(str(d)).createOrReplaceTempView(plan.view(alias))
+        from pyspark.errors import AnalysisException  # lazily: importing txjoin.join needs no Spark
+
         try:
             register_udfs(spark)
             df = spark.sql(plan.spark_sql)
@@ -91,7 +93,7 @@ def recompute_files(
             df.sortWithinPartitions(*order).write.mode("error").parquet(str(target))
             if not any(target.glob("part-*.parquet")):  # no rows and no file: keep the schema
                 pq.write_table(df.limit(0).toArrow(), target / "part-00000-empty.parquet")
-        except Exception as e:  # Spark's analysis errors: name the output
+        except AnalysisException as e:  # not runtime errors: a stop's cancelled job is no SQL fault
             text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UnsupportedQuery(
                 f"output {plan.name!r}: Spark could not run the translated SQL: {text}. "
