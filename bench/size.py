@@ -76,7 +76,8 @@ def _exec(dsn: str, *sql: str) -> list[tuple[Any, ...]]:
         with conn.cursor() as cur:
             for s in sql:
                 cur.execute(s)
-                rows = cur.fetchall() if cur.description else []
+                if cur.description:  # the last statement that returns rows
+                    rows = cur.fetchall()
         return rows
     finally:
         conn.close()
@@ -213,10 +214,15 @@ def run_txjoin(dsn: str, home: Path, n: int, big: int | None) -> dict[str, Any]:
             before = _sums(out)[-1][2]
             with PeakMemory(proc.pid) as mem:
                 t1 = time.monotonic()
+                # The WAL position inside the transaction: its commit is past it. Read after the
+                # commit, it may be past WAL that others write later (autovacuum, the bgwriter's
+                # standby snapshots), which no cut reaches while no transaction follows.
                 (lsn,), *_ = _exec(
                     dsn,
+                    "BEGIN",
                     f"UPDATE orders SET amount = amount + 0.01 WHERE id <= {big}",
-                    "SELECT pg_current_wal_lsn()::text",
+                    "SELECT pg_current_wal_insert_lsn()::text",
+                    "COMMIT",
                 )
                 committed = _lsn(lsn)
                 while True:
