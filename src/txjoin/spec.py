@@ -99,7 +99,8 @@ class Options:
     #: A transaction of more events than this is staged in the replica store as it arrives and
     #: applied whole once complete, so no transaction has to fit in memory.
     stage_transaction_events: int = 100_000
-    #: Rows a staged transaction is applied in per step (memory per step).
+    #: Most rows a staged transaction is applied in per step; a step also holds at most about
+    #: ``max_batch_bytes`` of event values, so wide rows take smaller steps (memory per step).
     stage_chunk_rows: int = 250_000
     #: Seconds before an incomplete transaction is reported.
     incomplete_timeout: float = 60.0

@@ -8,7 +8,8 @@ carrying again changes an earlier batch applied (replays must not move a row
 back), with the store closed and reopened between some batches. After every
 batch the store's live rows equal the model's, both by a full scan and through
 each index (lookups by key and by the join column), so an index that
-disagrees with the rows fails here.
+disagrees with the rows fails here. Both ways of applying are checked: in
+place, and by delete and insert (``bulk``, a staged transaction's chunks).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from txjoin.pg.types import ColumnType
 T = QualifiedName("public", "t")
 INT4, TEXT = ColumnType(23, "int4"), ColumnType(25, "text")
 SPEC = TableSpec(T, ("id",), (("id", INT4), ("g", INT4), ("v", INT4), ("doc", TEXT)), frozenset({"g"}))
+UNINDEXED = dataclasses.replace(SPEC, indexed=frozenset())  # no index to keep: rows update in place
 Row = dict[str, Any]
 
 ids = st.integers(1, 8)
@@ -109,9 +111,11 @@ def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list
 
 
 @settings(max_examples=examples(ci=150, thorough=2000), deadline=None)
-@given(case=cases())
+@given(case=cases(), bulk=st.booleans(), spec=st.sampled_from([SPEC, UNINDEXED]))
 @example(  # an update moving a row to another group, then a replay of the insert
-    case=([[("insert", 1, 1, 0)], [("update", 1, 2, 5, False)]], [1], [0, 1], [False, True])
+    case=([[("insert", 1, 1, 0)], [("update", 1, 2, 5, False)]], [1], [0, 1], [False, True]),
+    bulk=False,
+    spec=SPEC,
 )
 @example(  # a re-delivered insert/delete/insert before an update keeping a TOASTed value
     case=(
@@ -119,7 +123,9 @@ def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list
         [1, 2, 3],
         [0, 0, 0, 1],
         [False, False, False, False],
-    )
+    ),
+    bulk=False,
+    spec=SPEC,
 )
 @example(  # the same with the delete re-delivered too
     case=(
@@ -127,13 +133,22 @@ def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list
         [1, 2, 3],
         [0, 0, 0, 2],
         [False, False, False, False],
-    )
+    ),
+    bulk=False,
+    spec=SPEC,
 )
 @example(  # a primary-key move whose create takes the deleted row's TOASTed value
-    case=([[("insert", 1, None, 0)], [("move", 1, 2), ("update", 2, 3, 1, True)]], [], [0], [False])
+    case=([[("insert", 1, None, 0)], [("move", 1, 2), ("update", 2, 3, 1, True)]], [], [0], [False]),
+    bulk=False,
+    spec=SPEC,
+)
+@example(  # a staged transaction's way (delete and insert), with a replay and a reopen
+    case=([[("insert", 1, 1, 0)], [("update", 1, 1, 5, False)]], [1], [0, 1], [False, True]),
+    bulk=True,
+    spec=UNINDEXED,
 )
 def test_store_equals_the_model_after_every_batch(
-    case: tuple[list[list[tuple[Any, ...]]], list[int], list[int], list[bool]],
+    case: tuple[list[list[tuple[Any, ...]]], list[int], list[int], list[bool]], bulk: bool, spec: TableSpec
 ) -> None:
     program, cuts, replays, reopen = case
     changes, _ = transactions(program)
@@ -141,7 +156,7 @@ def test_store_equals_the_model_after_every_batch(
     bounds = [0, *cuts, len(program)]
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "r.duckdb"
-        store = ReplicaStore(path, [SPEC])
+        store = ReplicaStore(path, [spec])
         try:
             for b, (lo, hi) in enumerate(itertools.pairwise(bounds)):
                 batch = [c for tx in by_tx[lo:hi] for c in tx]
@@ -149,13 +164,13 @@ def test_store_equals_the_model_after_every_batch(
                 again = [c for tx in by_tx[: min(lo, replays[b])] for c in tx]
                 note(f"batch {b}: transactions {lo + 1}..{hi}, {len(again)} replayed changes")
                 store.begin()
-                store.apply({T: batch_of(SPEC, again + batch)})
+                store.apply({T: batch_of(spec, again + batch)}, bulk=bulk)  # bulk: staged transactions
                 store.commit(b + 1, {}, {})
                 _, model = transactions(program[:hi])
                 check(store, model)
                 if reopen[b]:
                     store.close()
-                    store = ReplicaStore(path, [SPEC])
+                    store = ReplicaStore(path, [spec])
                     check(store, model)
         finally:
             store.close()

@@ -350,3 +350,25 @@ def test_staged_events_are_read_back_whole_inside_the_batch_that_stages_the_last
     assert list(s.staged("s", 7, 3)) == []
     s.rollback()
     assert sum(len(c) for c in s.staged("s", 7, 100)) == 7  # the committed batch's events
+
+
+def test_staged_chunks_hold_about_chunk_bytes_of_values_whatever_the_rows_width(tmp_path: Path) -> None:
+    # Rows alone would not bound a chunk's memory: 250,000 wide events are gigabytes.
+    p = plan("SELECT o.id, o.note FROM orders o", ["id"])
+    s = store_for(p, tmp_path / "r.duckdb")
+    narrow, wide = _staged_rows(7, range(1, 401)), _staged_rows(7, range(401, 1401))
+    wide["value"] = [f'{{"after": {{"id": {o}, "note": "{"x" * 2000}"}}}}' for o in range(401, 1401)]
+    s.begin()
+    s.stage(narrow)
+    s.stage(wide)
+    chunks = list(s.staged("s", 7, 500, chunk_bytes=100_000))
+    assert [o for c in chunks for o in c["total_order"]] == list(range(1, 1401))
+    sizes = [sum(len(v) for v in c["value"]) for c in chunks]
+    assert len(chunks[0]) == 100  # the first chunk measures the events' width
+    assert max(len(c) for c in chunks) <= 500  # never more rows than chunk_rows
+    # Each chunk is sized from the one before: where the events widen, a chunk overshoots (at
+    # most chunk_rows rows); once the width is known, every chunk holds at most the budget.
+    assert max(sizes[-10:]) <= 100_000
+    assert min(len(c) for c in chunks[-10:-1]) >= 45  # and not needlessly small
+    assert [len(c) for c in s.staged("s", 7, 300)] == [300] * 4 + [200]  # no budget: rows only
+    s.rollback()

@@ -118,12 +118,15 @@ class JoinStage:
         self.planned = planned
         self.plans = planned.plans
         self.spark = spark
+        mem = memory(spec.options)
         self.store = ReplicaStore(
             spec.replicas,
             planned.replica_tables(),
-            memory_limit=memory(spec.options).replica,
+            memory_limit=mem.replica,
             threads=spec.options.spark_cores,
         )
+        # A staged transaction is applied in steps of about one micro-batch's changelog bytes.
+        self._chunk_bytes = mem.batch_bytes
         self.engine = SparkEngine(spark, planned.tables)
         self._used = planned.used_by_table()
         self.watch = SchemaWatch(spec.changelog, sorted(spec.sources), str(spec.path or "SPEC"))
@@ -444,7 +447,8 @@ class JoinStage:
             source, xid = str(c["source"]), int(c["xid"])
             n = 0
             t0 = time.monotonic()
-            for chunk in self.store.staged(source, xid, self.spec.options.stage_chunk_rows):
+            chunks = self.store.staged(source, xid, self.spec.options.stage_chunk_rows, self._chunk_bytes)
+            for chunk in chunks:
                 chunk = chunk.assign(
                     source=source,
                     commit_lsn=int(c["commit_lsn"]),
@@ -452,7 +456,7 @@ class JoinStage:
                     tx_seq=int(c["tx_seq"]),
                 )
                 parsed = parse_released(chunk, self.store.tables, self._used)
-                self.store.apply(parsed)
+                self.store.apply(parsed, bulk=True)
                 changed |= set(parsed)
                 n += len(chunk)
                 crash_point("staged-chunk")

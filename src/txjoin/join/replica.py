@@ -109,6 +109,10 @@ def _select(spec: TableSpec, columns: Sequence[str] | None, prefix: str = "r") -
     return ", ".join(f"{prefix}.{_c(c)} AS {_q(c)}" for c in names)
 
 
+#: Events in a staged transaction's first chunk, which measures the events' width.
+_FIRST_CHUNK_ROWS = 100
+
+
 class ReplicaStore:
     """The replicas of one pipeline, in one DuckDB file."""
 
@@ -368,23 +372,42 @@ class ReplicaStore:
             finally:
                 self.db.unregister(name)
 
-    def staged(self, source: str, xid: int, chunk_rows: int) -> Iterator[pd.DataFrame]:
+    def staged(self, source: str, xid: int, chunk_rows: int, chunk_bytes: int = 0) -> Iterator[pd.DataFrame]:
         """A staged transaction's events in position order, in chunks (bounded memory).
+
+        A chunk holds at most ``chunk_rows`` events and, when ``chunk_bytes`` is set, about that
+        many bytes of event values: a chunk's memory grows with its values' width (parsed JSON,
+        Python strings), so rows alone would let wide tables take gigabytes. Each chunk's size
+        comes from the bytes per event of the one before (the first is small), so where the events
+        widen one chunk holds more, up to ``chunk_rows``.
 
         Reads on the batch's own connection, page by page: a cursor would be
         another connection, blind to events staged earlier in this transaction.
         """
         last = -1
+        rows = min(chunk_rows, _FIRST_CHUNK_ROWS) if chunk_bytes > 0 else chunk_rows
+        where = "source = $source AND xid = $xid AND ord > $last"
         while True:
+            params = {"source": source, "xid": xid, "last": last}
             with self._lock:
+                # The chunk's last position first, over positions alone: ORDER BY ... LIMIT over the
+                # values would keep every value it scans (DuckDB's top-N), past the memory limit.
+                (end,) = self.db.sql(
+                    f"SELECT max(ord) FROM (SELECT ord FROM _stage WHERE {where} ORDER BY ord "
+                    f"LIMIT {max(1, int(rows))})",
+                    params=params,
+                ).fetchone() or (None,)
+                if end is None:
+                    return
                 chunk = self.db.sql(
-                    'SELECT xid, ord AS total_order, lsn, op, tbl AS "table", value FROM _stage WHERE '
-                    f"source = $source AND xid = $xid AND ord > $last ORDER BY ord LIMIT {int(chunk_rows)}",
-                    params={"source": source, "xid": xid, "last": last},
+                    'SELECT xid, ord AS total_order, lsn, op, tbl AS "table", value FROM _stage '
+                    f"WHERE {where} AND ord <= $end ORDER BY ord",
+                    params={**params, "end": end},
                 ).to_arrow_table()
-            if not chunk.num_rows:
-                return
             last = int(chunk.column("total_order")[-1].as_py())
+            if chunk_bytes > 0:
+                per_event = max(1.0, chunk.column("value").nbytes / chunk.num_rows)
+                rows = min(chunk_rows, max(1, int(chunk_bytes / per_event)))
             yield chunk.to_pandas()
 
     def unstage(self, source: str, xid: int) -> None:
@@ -419,17 +442,21 @@ class ReplicaStore:
             ) from None
         return self.count(table) - before
 
-    def apply(self, batches: Mapping[QualifiedName, pa.Table]) -> None:
+    def apply(self, batches: Mapping[QualifiedName, pa.Table], *, bulk: bool = False) -> None:
         """Apply per-table change batches (:mod:`txjoin.join.changes`).
 
         Must run between :meth:`begin` and :meth:`commit`. Within a batch the
-        changes may come in any order: positions decide.
+        changes may come in any order: positions decide. ``bulk`` (a staged
+        transaction's chunks, many in one replica transaction): changed rows are
+        deleted and inserted, never updated in place. DuckDB holds a transaction's
+        in-place updates in memory until its commit, but spills its inserts, so
+        only this keeps a transaction of gigabytes within the memory limit.
         """
         for table, batch in batches.items():
             if batch.num_rows:
-                self._apply_table(self._spec(table), batch)
+                self._apply_table(self._spec(table), batch, bulk)
 
-    def _apply_table(self, spec: TableSpec, batch: pa.Table) -> None:
+    def _apply_table(self, spec: TableSpec, batch: pa.Table, bulk: bool = False) -> None:
         batch = batch.sort_by([("_lsn", "ascending"), ("_ord", "ascending")])
         ops = batch.column("_op").to_pylist()
         start = 0
@@ -437,7 +464,7 @@ class ReplicaStore:
             if op != "t":
                 continue
             if i > start:
-                self._upsert(spec, batch.slice(start, i - start))
+                self._upsert(spec, batch.slice(start, i - start), bulk)
             if i < len(ops):
                 self._truncate(
                     spec, int(batch.column("_lsn")[i].as_py()), int(batch.column("_ord")[i].as_py())
@@ -454,7 +481,7 @@ class ReplicaStore:
             [lsn, order, lsn, lsn, order],
         )
 
-    def _upsert(self, spec: TableSpec, batch: pa.Table) -> None:
+    def _upsert(self, spec: TableSpec, batch: pa.Table, bulk: bool = False) -> None:
         pk = list(spec.primary_key)
         nulls = [c for c in pk if batch.column(c).null_count]
         if nulls:
@@ -492,11 +519,12 @@ class ReplicaStore:
                     f"(PARTITION BY {part} ORDER BY w._lsn DESC, w._ord DESC) = 1)"
                 )
                 table = spec.sql_name
-                self.db.execute(
-                    f"UPDATE {table} AS r SET {sets + ', ' if sets else ''}_lsn = w._lsn, _ord = w._ord, "
-                    f"_del = w._op = 'd' FROM {latest} w WHERE {on} AND {newer} AND {same}"
-                )
-                if spec.secondary:
+                if not bulk:
+                    self.db.execute(
+                        f"UPDATE {table} AS r SET {sets + ', ' if sets else ''}_lsn = w._lsn, _ord = w._ord, "
+                        f"_del = w._op = 'd' FROM {latest} w WHERE {on} AND {newer} AND {same}"
+                    )
+                if spec.secondary or bulk:
                     self.db.execute(f"DELETE FROM {table} r USING {latest} w WHERE {on} AND {newer}")
                 self.db.execute(
                     f"INSERT INTO {table} ({', '.join(_c(c) for c in cols)}, _lsn, _ord, _del) "
