@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from txjoin.debezium.arrow import from_values, value_type
 from txjoin.debezium.values import arrow_type, from_debezium
-from txjoin.errors import SchemaChangeError, UnsupportedQuery, ValueNotRepresentable
+from txjoin.errors import SchemaChangeError, TxJoinError, UnsupportedQuery, ValueNotRepresentable
 from txjoin.faults import mutated
 from txjoin.join import pgjson, pgnumeric
 from txjoin.join.plan import NUMERIC_SCALE, OutputPlan
@@ -184,6 +184,31 @@ def to_arrow(rows: Sequence[Row], table: Table, used: set[str] | None = None) ->
     return pa.Table.from_arrays(arrays, names=names)
 
 
+def spark_error(plan: OutputPlan, e: BaseException) -> TxJoinError | None:
+    """txjoin's error for Spark's ``e`` while running ``plan``'s SQL; None: ``e`` is no fault of the
+    SQL or its rows (a job that a stop cancelled, a lost executor) and goes on as it is."""
+    from pyspark.errors import AnalysisException, PySparkException, PythonException  # lazily
+
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, AnalysisException):
+        return UnsupportedQuery(
+            f"output {plan.name!r}: Spark could not run the translated SQL: {text}. "
+            f"Translated SQL: {plan.spark_sql}",
+            output=plan.name,
+        )
+    # A data exception (SQLSTATE class 22: overflow, division by zero, a bad cast), the translation's
+    # own raise_error for values PostgreSQL refuses (P0001), or a txjoin UDF's refusal.
+    state = str(e.getSqlState() or "") if isinstance(e, PySparkException) else ""
+    if state.startswith("22") or state == "P0001" or isinstance(e, PythonException):
+        return UnsupportedQuery(
+            f"output {plan.name!r}: a value makes its SQL fail in Spark: {text}. No version can show "
+            "PostgreSQL's answer at this cut; guard the expression in the SQL (NULLIF, CASE) or correct "
+            f"the rows. Translated SQL: {plan.spark_sql}",
+            output=plan.name,
+        )
+    return None
+
+
 class SparkEngine:
     """Runs output SQL over small sets of rows on a Spark session."""
 
@@ -208,17 +233,13 @@ class SparkEngine:
                 data = pa.schema([(n, value_type(table.types[n])) for n in names]).empty_table()
             views[plan.view(alias)] = to_spark(data, table)
         sql = self._register(plan, views)
-        from pyspark.errors import AnalysisException  # lazily: bench.apply runs without Spark
-
         try:
             result: pa.Table = self.spark.sql(sql).toArrow()
-        except AnalysisException as e:  # not runtime errors: a stop's cancelled job is no SQL fault
-            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UnsupportedQuery(
-                f"output {plan.name!r}: Spark could not run the translated SQL: {text}. "
-                f"Translated SQL: {plan.spark_sql}",
-                output=plan.name,
-            ) from None
+        except Exception as e:
+            err = spark_error(plan, e)
+            if err is None:
+                raise
+            raise err from None
         return _storable(result)
 
     def _register(self, plan: OutputPlan, views: Mapping[str, pa.Table]) -> str:

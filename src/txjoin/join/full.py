@@ -20,8 +20,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from txjoin.errors import TxJoinError, UnsupportedQuery
-from txjoin.join.engine import register_udfs, to_spark
+from txjoin.errors import TxJoinError
+from txjoin.join.engine import register_udfs, spark_error, to_spark
 from txjoin.join.plan import OutputPlan
 from txjoin.join.replica import ReplicaStore
 from txjoin.pg.catalog import Table
@@ -76,8 +76,6 @@ def recompute_files(
             d = work / alias
             exported += export(store, tables[info.name], _columns(plan, store, alias), d)
             spark.read.parquet(str(d)).createOrReplaceTempView(plan.view(alias))
-        from pyspark.errors import AnalysisException  # lazily: importing txjoin.join needs no Spark
-
         try:
             register_udfs(spark)
             df = spark.sql(plan.spark_sql)
@@ -93,13 +91,11 @@ def recompute_files(
             df.sortWithinPartitions(*order).write.mode("error").parquet(str(target))
             if not any(target.glob("part-*.parquet")):  # no rows and no file: keep the schema
                 pq.write_table(df.limit(0).toArrow(), target / "part-00000-empty.parquet")
-        except AnalysisException as e:  # not runtime errors: a stop's cancelled job is no SQL fault
-            text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UnsupportedQuery(
-                f"output {plan.name!r}: Spark could not run the translated SQL: {text}. "
-                f"Translated SQL: {plan.spark_sql}",
-                output=plan.name,
-            ) from None
+        except Exception as e:
+            err = spark_error(plan, e)
+            if err is None:
+                raise
+            raise err from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     files = sorted(target.glob("part-*.parquet"))
