@@ -14,7 +14,8 @@ rounded (docs/types.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -209,6 +210,18 @@ def spark_error(plan: OutputPlan, e: BaseException) -> TxJoinError | None:
     return None
 
 
+@contextmanager
+def spark_errors(plan: OutputPlan) -> Iterator[None]:
+    """Raise txjoin's error (:func:`spark_error`) for Spark's errors in the block, others as they are."""
+    try:
+        yield
+    except Exception as e:
+        err = spark_error(plan, e)
+        if err is None:
+            raise
+        raise err from None
+
+
 class SparkEngine:
     """Runs output SQL over small sets of rows on a Spark session."""
 
@@ -233,13 +246,8 @@ class SparkEngine:
                 data = pa.schema([(n, value_type(table.types[n])) for n in names]).empty_table()
             views[plan.view(alias)] = to_spark(data, table)
         sql = self._register(plan, views)
-        try:
+        with spark_errors(plan):
             result: pa.Table = self.spark.sql(sql).toArrow()
-        except Exception as e:
-            err = spark_error(plan, e)
-            if err is None:
-                raise
-            raise err from None
         return _storable(result)
 
     def _register(self, plan: OutputPlan, views: Mapping[str, pa.Table]) -> str:

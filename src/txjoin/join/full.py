@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from txjoin.errors import TxJoinError
-from txjoin.join.engine import register_udfs, spark_error, to_spark
+from txjoin.join.engine import register_udfs, spark_errors, to_spark
 from txjoin.join.plan import OutputPlan
 from txjoin.join.replica import ReplicaStore
 from txjoin.pg.catalog import Table
@@ -76,7 +76,7 @@ def recompute_files(
             d = work / alias
             exported += export(store, tables[info.name], _columns(plan, store, alias), d)
             spark.read.parquet(str(d)).createOrReplaceTempView(plan.view(alias))
-        try:
+        with spark_errors(plan):
             register_udfs(spark)
             df = spark.sql(plan.spark_sql)
             for f in df.schema.fields:  # Delta cannot store Spark's NullType (all-NULL literals)
@@ -91,11 +91,6 @@ def recompute_files(
             df.sortWithinPartitions(*order).write.mode("error").parquet(str(target))
             if not any(target.glob("part-*.parquet")):  # no rows and no file: keep the schema
                 pq.write_table(df.limit(0).toArrow(), target / "part-00000-empty.parquet")
-        except Exception as e:
-            err = spark_error(plan, e)
-            if err is None:
-                raise
-            raise err from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     files = sorted(target.glob("part-*.parquet"))

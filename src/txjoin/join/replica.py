@@ -456,7 +456,7 @@ class ReplicaStore:
             if batch.num_rows:
                 self._apply_table(self._spec(table), batch, bulk)
 
-    def _apply_table(self, spec: TableSpec, batch: pa.Table, bulk: bool = False) -> None:
+    def _apply_table(self, spec: TableSpec, batch: pa.Table, bulk: bool) -> None:
         batch = batch.sort_by([("_lsn", "ascending"), ("_ord", "ascending")])
         ops = batch.column("_op").to_pylist()
         start = 0
@@ -481,7 +481,7 @@ class ReplicaStore:
             [lsn, order, lsn, lsn, order],
         )
 
-    def _upsert(self, spec: TableSpec, batch: pa.Table, bulk: bool = False) -> None:
+    def _upsert(self, spec: TableSpec, batch: pa.Table, bulk: bool) -> None:
         pk = list(spec.primary_key)
         nulls = [c for c in pk if batch.column(c).null_count]
         if nulls:
