@@ -137,7 +137,6 @@ class ReplicaStore:
                 path=str(self.path),
             ) from None
         self._lock = threading.RLock()
-        self._n = 0
         self.db.execute("CREATE TABLE IF NOT EXISTS _meta (k VARCHAR PRIMARY KEY, v VARCHAR NOT NULL)")
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS _pending (batch BIGINT, output VARCHAR, parts BLOB, "
@@ -249,22 +248,27 @@ class ReplicaStore:
             raise ConfigError(f"table {table} is not replicated by this pipeline")
         return spec
 
-    def _registered(self, data: pa.Table) -> str:
-        self._n += 1
-        name = f"_arg{self._n}"
-        self.db.register(name, data)
-        return name
+    def _with_arg(self, sql: str, data: pa.Table, params: Sequence[Any] = (), *, rows: bool = False) -> Any:
+        """Run ``sql`` with ``data`` as its table ``{arg}`` (its result as Arrow if ``rows``).
+
+        DuckDB finds ``data`` as this frame's local variable (a replacement scan). A view made
+        with ``register`` would keep ``data`` in memory until the transaction ends, even once
+        unregistered: every chunk of a staged transaction (one transaction) would stay."""
+        _txjoin_arg = data  # read by DuckDB, by its name
+        sql = sql.replace("{arg}", "_txjoin_arg")
+        if rows:
+            rel = self.db.sql(sql, params=list(params) or None)
+            assert rel is not None
+            return rel.to_arrow_table()
+        return self.db.execute(sql, list(params) or None)
 
     def _query(self, sql: str, data: pa.Table | None = None, params: Sequence[Any] = ()) -> pa.Table:
         with self._lock:
-            name = None if data is None else self._registered(data)
-            try:
-                rel = self.db.sql(sql.replace("{arg}", name or ""), params=list(params) or None)
-                assert rel is not None
-                return rel.to_arrow_table()
-            finally:
-                if name is not None:
-                    self.db.unregister(name)
+            if data is not None:
+                return self._with_arg(sql, data, params, rows=True)
+            rel = self.db.sql(sql, params=list(params) or None)
+            assert rel is not None
+            return rel.to_arrow_table()
 
     def rows_by_tuples(
         self,
@@ -366,11 +370,7 @@ class ReplicaStore:
             }
         )
         with self._lock:
-            name = self._registered(data)
-            try:
-                self.db.execute(f"INSERT OR IGNORE INTO _stage SELECT * FROM {name}")
-            finally:
-                self.db.unregister(name)
+            self._with_arg("INSERT OR IGNORE INTO _stage SELECT * FROM {arg}", data)
 
     def staged(self, source: str, xid: int, chunk_rows: int, chunk_bytes: int = 0) -> Iterator[pd.DataFrame]:
         """A staged transaction's events in position order, in chunks (bounded memory).
@@ -511,28 +511,27 @@ class ReplicaStore:
         # cheaper than delete + insert, which DuckDB needs when an index changes).
         same = " AND ".join(f"r.{_c(c)} IS NOT DISTINCT FROM {value(c)}" for c in spec.secondary) or "true"
         sets = ", ".join(f"{_c(c)} = {value(c)}" for c in cols if c not in pk and c not in spec.secondary)
+        latest = (
+            "(SELECT * FROM {arg} w QUALIFY row_number() OVER "
+            f"(PARTITION BY {part} ORDER BY w._lsn DESC, w._ord DESC) = 1)"
+        )
+        table = spec.sql_name
+        data = batch.select([*cols, "_op", "_lsn", "_ord"])
         with self._lock:
-            name = self._registered(batch.select([*cols, "_op", "_lsn", "_ord"]))
-            try:
-                latest = (
-                    f"(SELECT * FROM {name} w QUALIFY row_number() OVER "
-                    f"(PARTITION BY {part} ORDER BY w._lsn DESC, w._ord DESC) = 1)"
+            if not bulk:
+                self._with_arg(
+                    f"UPDATE {table} AS r SET {sets + ', ' if sets else ''}_lsn = w._lsn, _ord = w._ord, "
+                    f"_del = w._op = 'd' FROM {latest} w WHERE {on} AND {newer} AND {same}",
+                    data,
                 )
-                table = spec.sql_name
-                if not bulk:
-                    self.db.execute(
-                        f"UPDATE {table} AS r SET {sets + ', ' if sets else ''}_lsn = w._lsn, _ord = w._ord, "
-                        f"_del = w._op = 'd' FROM {latest} w WHERE {on} AND {newer} AND {same}"
-                    )
-                if spec.secondary or bulk:
-                    self.db.execute(f"DELETE FROM {table} r USING {latest} w WHERE {on} AND {newer}")
-                self.db.execute(
-                    f"INSERT INTO {table} ({', '.join(_c(c) for c in cols)}, _lsn, _ord, _del) "
-                    f"SELECT {', '.join(value(c) for c in cols)}, w._lsn, w._ord, w._op = 'd' "
-                    f"FROM {latest} w WHERE NOT EXISTS (SELECT 1 FROM {table} r WHERE {on})"
-                )
-            finally:
-                self.db.unregister(name)
+            if spec.secondary or bulk:
+                self._with_arg(f"DELETE FROM {table} r USING {latest} w WHERE {on} AND {newer}", data)
+            self._with_arg(
+                f"INSERT INTO {table} ({', '.join(_c(c) for c in cols)}, _lsn, _ord, _del) "
+                f"SELECT {', '.join(value(c) for c in cols)}, w._lsn, w._ord, w._op = 'd' "
+                f"FROM {latest} w WHERE NOT EXISTS (SELECT 1 FROM {table} r WHERE {on})",
+                data,
+            )
 
     def _not_stale(self, spec: TableSpec, batch: pa.Table) -> pa.Table:
         """``batch`` without the changes the store already holds a newer (or the same)
@@ -541,14 +540,11 @@ class ReplicaStore:
         on = " AND ".join(f"r.{_c(c)} = w.{_q(c)}" for c in pk)
         keyed = batch.select([*pk, "_lsn", "_ord"]).append_column("_i", pa.array(range(batch.num_rows)))
         with self._lock:
-            name = self._registered(keyed)
-            try:
-                stale = self.db.execute(
-                    f"SELECT w._i FROM {name} w JOIN {spec.sql_name} r ON {on} "
-                    "WHERE NOT (w._lsn > r._lsn OR (w._lsn = r._lsn AND w._ord > r._ord))"
-                ).fetchall()
-            finally:
-                self.db.unregister(name)
+            stale = self._with_arg(
+                f"SELECT w._i FROM {{arg}} w JOIN {spec.sql_name} r ON {on} "
+                "WHERE NOT (w._lsn > r._lsn OR (w._lsn = r._lsn AND w._ord > r._ord))",
+                keyed,
+            ).fetchall()
         if not stale:
             return batch
         drop = {int(i) for (i,) in stale}
