@@ -237,8 +237,10 @@ def main() -> None:
     spark = spark_session("txjoin-bench-assemble", cores=2, driver_memory="6g")
     cfg = AssemblerConfig()
     print(f"machine: {machine()}")
+    made: list[Path] = []
     for label, lo, hi in (("1-3 events/tx", 1, 3), ("100 events/tx", 100, 100)):
         work = Path(tempfile.mkdtemp(prefix="txjoin-bench-asm-"))
+        made.append(work)
         try:
             root = work / "changelog"
             n = generate(root, args.events, lo, hi)
@@ -277,6 +279,7 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     if args.million:
         work = Path(tempfile.mkdtemp(prefix="txjoin-bench-1m-"))
+        made.append(work)
         try:
             root = work / "changelog"
             n = generate(root, 1_000_000, 1_000_000, 1_000_000, per_flush=50_000)
@@ -291,6 +294,10 @@ def main() -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     spark.stop()
+    # The state store's maintenance writes RocksDB snapshots into stopped queries'
+    # checkpoints up to a minute later, even removed ones: remove them again once it ended.
+    for work in made:
+        shutil.rmtree(work, ignore_errors=True)
     write_figures(args.json, figures)
 
 
