@@ -248,7 +248,9 @@ class ReplicaStore:
             raise ConfigError(f"table {table} is not replicated by this pipeline")
         return spec
 
-    def _with_arg(self, sql: str, data: pa.Table, params: Sequence[Any] = (), *, rows: bool = False) -> Any:
+    def _with_arg(
+        self, sql: str, data: pa.Table | None, params: Sequence[Any] = (), *, rows: bool = False
+    ) -> Any:
         """Run ``sql`` with ``data`` as its table ``{arg}`` (its result as Arrow if ``rows``).
 
         DuckDB finds ``data`` as this frame's local variable (a replacement scan). A view made
@@ -264,11 +266,8 @@ class ReplicaStore:
 
     def _query(self, sql: str, data: pa.Table | None = None, params: Sequence[Any] = ()) -> pa.Table:
         with self._lock:
-            if data is not None:
-                return self._with_arg(sql, data, params, rows=True)
-            rel = self.db.sql(sql, params=list(params) or None)
-            assert rel is not None
-            return rel.to_arrow_table()
+            result: pa.Table = self._with_arg(sql, data, params, rows=True)
+            return result
 
     def rows_by_tuples(
         self,
@@ -507,10 +506,6 @@ class ReplicaStore:
         def value(c: str) -> str:  # a delete leaves a tombstone: key only
             return f"w.{_q(c)}" if c in pk else f"(CASE WHEN w._op = 'd' THEN NULL ELSE w.{_q(c)} END)"
 
-        # Rows whose indexed columns keep their values are updated in place (3x
-        # cheaper than delete + insert, which DuckDB needs when an index changes).
-        same = " AND ".join(f"r.{_c(c)} IS NOT DISTINCT FROM {value(c)}" for c in spec.secondary) or "true"
-        sets = ", ".join(f"{_c(c)} = {value(c)}" for c in cols if c not in pk and c not in spec.secondary)
         latest = (
             "(SELECT * FROM {arg} w QUALIFY row_number() OVER "
             f"(PARTITION BY {part} ORDER BY w._lsn DESC, w._ord DESC) = 1)"
@@ -519,6 +514,15 @@ class ReplicaStore:
         data = batch.select([*cols, "_op", "_lsn", "_ord"])
         with self._lock:
             if not bulk:
+                # Rows whose indexed columns keep their values are updated in place (3x
+                # cheaper than delete + insert, which DuckDB needs when an index changes).
+                same = (
+                    " AND ".join(f"r.{_c(c)} IS NOT DISTINCT FROM {value(c)}" for c in spec.secondary)
+                    or "true"
+                )
+                sets = ", ".join(
+                    f"{_c(c)} = {value(c)}" for c in cols if c not in pk and c not in spec.secondary
+                )
                 self._with_arg(
                     f"UPDATE {table} AS r SET {sets + ', ' if sets else ''}_lsn = w._lsn, _ord = w._ord, "
                     f"_del = w._op = 'd' FROM {latest} w WHERE {on} AND {newer} AND {same}",
