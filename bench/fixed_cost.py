@@ -37,7 +37,7 @@ from txjoin.pg import admin
 from txjoin.pipeline import Pipeline
 from txjoin.runner import CaptureThreads
 from txjoin.sink.delta import DeltaRsStore
-from txjoin.spec import build_spec
+from txjoin.spec import Options, build_spec
 
 SCHEMA = """
 CREATE TABLE clients (id int PRIMARY KEY, name text NOT NULL);
@@ -177,7 +177,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--txs", type=int, default=20)
     ap.add_argument("--gap", type=float, default=0.5, help="seconds between a version and the next commit")
-    ap.add_argument("--trigger", default="250 milliseconds", help="[options] trigger_interval")
+    ap.add_argument("--trigger", default=Options.trigger_interval, help="[options] trigger_interval")
     ap.add_argument("--conf", action="append", default=[], metavar="spark.K=V", help="a Spark setting")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
