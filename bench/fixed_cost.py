@@ -37,7 +37,7 @@ from txjoin.pg import admin
 from txjoin.pipeline import Pipeline
 from txjoin.runner import CaptureThreads
 from txjoin.sink.delta import DeltaRsStore
-from txjoin.spec import Options, build_spec
+from txjoin.spec import build_spec, trigger_interval
 
 SCHEMA = """
 CREATE TABLE clients (id int PRIMARY KEY, name text NOT NULL);
@@ -170,6 +170,7 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
         "txs": txs,
         "median": med,
         "p90_visible": sorted(r["visible"] for r in rows)[int(len(rows) * 0.9)],
+        "trigger": trigger_interval(spec),
     }
 
 
@@ -177,15 +178,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--txs", type=int, default=20)
     ap.add_argument("--gap", type=float, default=0.5, help="seconds between a version and the next commit")
-    ap.add_argument("--trigger", default=Options.trigger_interval, help="[options] trigger_interval")
+    ap.add_argument("--trigger", default="", help="[options] trigger_interval (default: txjoin's)")
     ap.add_argument("--conf", action="append", default=[], metavar="spark.K=V", help="a Spark setting")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    f = run(args.txs, args.gap, args.trigger, dict(c.split("=", 1) for c in args.conf))
     print(
         f"fixed cost per micro-batch ({machine()}): {args.txs} one-row transactions, one per batch, "
-        f"trigger {args.trigger}"
+        f"trigger {f['trigger']}"
     )
-    f = run(args.txs, args.gap, args.trigger, dict(c.split("=", 1) for c in args.conf))
     m = f["median"]
     print(f"  commit to visible: median {m['visible']:.2f} s, p90 {f['p90_visible']:.2f} s")
     print("  | stage | median s |")

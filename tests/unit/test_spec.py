@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from txjoin.errors import ConfigError
-from txjoin.spec import Options, build_spec, machine_memory, memory
+from txjoin.spec import Options, build_spec, machine_memory, memory, trigger_interval
 
 
 def _spec(tmp: Path, source: dict[str, Any], options: dict[str, Any] | None = None) -> Any:
@@ -34,6 +34,16 @@ def test_snapshot_settings_reach_capture(tmp_path: Path) -> None:
 def test_bad_snapshot_settings_are_refused_with_their_name(tmp_path: Path, value: Any) -> None:
     with pytest.raises(ConfigError, match=r"\[sources\.shop\]: snapshot_workers must be a positive integer"):
         _spec(tmp_path, {"snapshot_workers": value})
+
+
+def test_trigger_is_short_for_the_changelog_longer_for_listed_topic_files_unless_set(tmp_path: Path) -> None:
+    # txjoin's changelog is read through its index; Debezium's topic files are listed per trigger.
+    assert trigger_interval(_spec(tmp_path, {})) == "100 milliseconds"
+    topics = {"format": "debezium", "topics": str(tmp_path / "topics")}
+    assert trigger_interval(_spec(tmp_path, topics)) == "250 milliseconds"
+    own = {"trigger_interval": "2 seconds"}
+    assert trigger_interval(_spec(tmp_path, {}, own)) == "2 seconds"
+    assert trigger_interval(_spec(tmp_path, topics, own)) == "2 seconds"
 
 
 def test_memory_is_derived_within_bounds_unless_set() -> None:
