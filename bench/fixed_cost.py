@@ -32,12 +32,13 @@ import psycopg2
 
 from bench.common import bench_postgres, bench_spark, machine, write_figures
 from txjoin.debezium.topics import transaction_topic
+from txjoin.decode import changelog_input
 from txjoin.join.batch import BatchStats
 from txjoin.pg import admin
 from txjoin.pipeline import Pipeline
 from txjoin.runner import CaptureThreads
 from txjoin.sink.delta import DeltaRsStore
-from txjoin.spec import build_spec, trigger_interval
+from txjoin.spec import build_spec
 
 SCHEMA = """
 CREATE TABLE clients (id int PRIMARY KEY, name text NOT NULL);
@@ -170,7 +171,7 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
         "txs": txs,
         "median": med,
         "p90_visible": sorted(r["visible"] for r in rows)[int(len(rows) * 0.9)],
-        "trigger": trigger_interval(spec),
+        "trigger": spec.options.trigger_interval or changelog_input(spec).default_trigger,
     }
 
 

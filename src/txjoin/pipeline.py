@@ -41,7 +41,7 @@ from txjoin.pg.names import QualifiedName
 from txjoin.session import jvm_died, jvm_exit_code
 from txjoin.sink.delta import DeltaRsStore, DeltaStore
 from txjoin.sink.publish import Publisher
-from txjoin.spec import PipelineSpec, memory, trigger_interval
+from txjoin.spec import PipelineSpec, memory
 
 __all__ = ["BatchStats", "Pipeline"]
 
@@ -118,7 +118,8 @@ class Pipeline:
         events = read_events(self.spark, source, sorted(self.spec.sources), ck)
         released = assemble_stream(events, cfg)
         writer = released.writeStream.foreachBatch(self.process_batch).option("checkpointLocation", str(ck))
-        trigger = {"availableNow": True} if available_now else {"processingTime": trigger_interval(self.spec)}
+        interval = opts.trigger_interval or source.default_trigger
+        trigger = {"availableNow": True} if available_now else {"processingTime": interval}
         writer = writer.trigger(**trigger)
         with state_partitions(self.spark, len(self.spec.sources)):
             self.query = writer.queryName(f"txjoin_{self.spec.name}").start()

@@ -44,7 +44,6 @@ __all__ = [
     "load_spec",
     "machine_memory",
     "memory",
-    "trigger_interval",
 ]
 
 
@@ -93,7 +92,8 @@ class OutputSpec:
 class Options:
     """Tuning knobs, with defaults that suit a laptop."""
 
-    #: Spark micro-batch trigger, e.g. "100 milliseconds"; "" picks one (:func:`trigger_interval`).
+    #: Spark micro-batch trigger, e.g. "100 milliseconds"; "" picks one by input
+    #: (:attr:`txjoin.decode.ChangelogInput.default_trigger`).
     trigger_interval: str = ""
     #: A safety valve: a transaction of more events stops the pipeline, naming this setting.
     max_transaction_events: int = 50_000_000
@@ -169,17 +169,6 @@ def memory(options: Options) -> Memory:
     replica = options.replica_memory or f"{_clamp(ram * 0.05 / mb, 256, 2048)}MB"
     batch = options.max_batch_bytes or _clamp(ram / 400, 16 * mb, 64 * mb)
     return Memory(driver, replica, batch)
-
-
-def trigger_interval(spec: PipelineSpec) -> str:
-    """The trigger ``spec`` runs with: its own, else 100 ms for txjoin's changelog, whose idle
-    trigger reads an index (about 1 ms) and so costs no measurable CPU while it shortens a quiet
-    source's wait (bench/NOTES.md), and 250 ms for Debezium's topic files, which Spark's file
-    source lists at every trigger. Busy pipelines run their batches back to back anyway."""
-    if spec.options.trigger_interval:
-        return spec.options.trigger_interval
-    debezium = any(s.format == "debezium" for s in spec.sources.values())
-    return "250 milliseconds" if debezium else "100 milliseconds"
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from txjoin.decode import changelog_input
 from txjoin.errors import ConfigError
-from txjoin.spec import Options, build_spec, machine_memory, memory, trigger_interval
+from txjoin.spec import Options, build_spec, machine_memory, memory
 
 
 def _spec(tmp: Path, source: dict[str, Any], options: dict[str, Any] | None = None) -> Any:
@@ -34,6 +35,11 @@ def test_snapshot_settings_reach_capture(tmp_path: Path) -> None:
 def test_bad_snapshot_settings_are_refused_with_their_name(tmp_path: Path, value: Any) -> None:
     with pytest.raises(ConfigError, match=r"\[sources\.shop\]: snapshot_workers must be a positive integer"):
         _spec(tmp_path, {"snapshot_workers": value})
+
+
+def trigger_interval(spec: Any) -> str:
+    """The trigger a pipeline of ``spec`` starts with (as ``Pipeline.start`` picks it)."""
+    return str(spec.options.trigger_interval or changelog_input(spec).default_trigger)
 
 
 def test_trigger_is_short_for_the_changelog_longer_for_listed_topic_files_unless_set(tmp_path: Path) -> None:
