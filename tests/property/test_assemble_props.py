@@ -10,14 +10,18 @@ committed transactions, whole, once each, in commit order.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pandas as pd
+import pyarrow as pa
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.property.strategies import Segment, Tx, changelogs, deliveries, frame, histories, render
 from tests.support.profiles import examples
-from txjoin.assemble.buffer import AssemblerConfig, AssemblyState, assemble
+from txjoin.assemble.buffer import OUTPUT_COLUMNS, AssemblerConfig, AssemblyState, assemble
+from txjoin.assemble.spark import _OUTPUT_DTYPES, _events
+from txjoin.decode import EVENT_COLUMNS
 
 CFG = AssemblerConfig(incomplete_timeout=1e9)
 
@@ -215,3 +219,32 @@ def test_state_round_trip_keeps_buffered_events_and_markers() -> None:
     assert copy_.meta_json() == state.meta_json()
     pd.testing.assert_frame_equal(copy_.events, state.events)
     assert copy.deepcopy(state).frontier == 3
+
+
+@settings(max_examples=examples(ci=60, thorough=1000))
+@given(st.data())
+def test_the_spark_glue_passes_the_same_rows_as_pandas_would(data: st.DataObject) -> None:
+    """The operator's input (Spark's Arrow chunks) joined column by column equals ``pd.concat`` of
+    them, dtypes included; its output, padded the way PySpark pads it, reaches Arrow unchanged."""
+    history = data.draw(histories())
+    segments = data.draw(changelogs(history))
+    batch = frame(segments)
+    batch.insert(0, "source", "s")
+    table = pa.Table.from_pandas(batch, preserve_index=False)
+    size = data.draw(st.integers(1, max(1, len(batch))))
+    chunks = [table.slice(i, size).to_pandas() for i in range(0, max(1, len(batch)), size)]
+
+    got = _events(iter(chunks))
+    want = pd.concat(chunks, ignore_index=True)[list(EVENT_COLUMNS)]
+    pd.testing.assert_frame_equal(got, want)
+
+    released, _ = assemble(AssemblyState(source="s"), got, CFG, now=0.0)
+    for out in released:
+        with warnings.catch_warnings():  # pandas deprecates what PySpark does here
+            warnings.simplefilter("ignore", FutureWarning)
+            pad = pd.DataFrame(dict.fromkeys(OUTPUT_COLUMNS), index=[])
+            padded = pd.concat([out.astype(_OUTPUT_DTYPES), pad])
+        kept = ["Int64" if t == "int64" else t for t in OUTPUT_COLUMNS.values()]
+        assert list(padded.dtypes.astype(str)) == kept
+        plain = pa.Table.from_pandas(out, preserve_index=False)
+        assert pa.Table.from_pandas(padded, preserve_index=False).cast(plain.schema).equals(plain)

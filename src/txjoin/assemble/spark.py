@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from txjoin.assemble.buffer import OUTPUT_COLUMNS, AssemblerConfig, AssemblyState, assemble
@@ -28,6 +29,11 @@ log = logging.getLogger(__name__)
 _SPARK_TYPES = {"int64": "long", "object": "string"}
 OUTPUT_SCHEMA = ", ".join(f"{c} {_SPARK_TYPES[t]}" for c, t in OUTPUT_COLUMNS.items())
 STATE_SCHEMA = "meta string, frames binary"
+
+#: Released frames' integer columns as pandas' nullable Int64 (the values are never null). PySpark
+#: pads its output with an empty all-None frame: a plain int64 column becomes object there and goes
+#: to Arrow one Python int at a time; an Int64 one keeps its dtype (bench/NOTES.md).
+_OUTPUT_DTYPES = {c: "Int64" for c, t in OUTPUT_COLUMNS.items() if t == "int64"}
 
 
 def state_function(
@@ -42,13 +48,7 @@ def state_function(
             st = AssemblyState.restore(meta, blob)
         else:
             st = AssemblyState(source=source)
-        parts = [f for f in frames if not f.empty]
-        batch = (
-            pd.concat(parts, ignore_index=True)[list(EVENT_COLUMNS)]
-            if parts
-            else pd.DataFrame({c: pd.Series(dtype=t) for c, t in EVENT_COLUMNS.items()})
-        )
-        released, report = assemble(st, batch, cfg, time.time())
+        released, report = assemble(st, _events(frames), cfg, time.time())
         state.update((st.meta_json(), st.frames_bytes()))
         if report.released_transactions:
             log.debug(
@@ -58,9 +58,22 @@ def state_function(
                 report.released_events,
                 report.buffered_events,
             )
-        yield from released
+        for frame in released:
+            yield frame.astype(_OUTPUT_DTYPES)
 
     return run
+
+
+def _events(frames: Iterator[pd.DataFrame]) -> pd.DataFrame:
+    """Assembly's input columns of the Arrow chunks Spark passes, as one frame.
+
+    Column by column: ``pd.concat`` tests every value of an all-None object column (a marker's
+    ``value``, a change's ``dc_table``) for NA, which cost as much as the rest of the input's
+    conversion (bench/NOTES.md)."""
+    parts = [f for f in frames if not f.empty]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in EVENT_COLUMNS.items()})
+    return pd.DataFrame({c: np.concatenate([p[c].to_numpy() for p in parts]) for c in EVENT_COLUMNS})
 
 
 def assemble_stream(events: Any, cfg: AssemblerConfig) -> Any:
