@@ -68,8 +68,8 @@ def _events(frames: Iterator[pd.DataFrame]) -> pd.DataFrame:
     """Assembly's input columns of the Arrow chunks Spark passes, as one frame.
 
     Column by column: ``pd.concat`` tests every value of an all-None object column (a marker's
-    ``value``, a change's ``dc_table``) for NA, which cost as much as the rest of the input's
-    conversion (bench/NOTES.md)."""
+    ``value``, a change's ``dc_table``) for NA, which cost more than converting the chunks from
+    Arrow (bench/NOTES.md)."""
     parts = [f for f in frames if not f.empty]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in EVENT_COLUMNS.items()})
