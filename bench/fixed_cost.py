@@ -171,7 +171,7 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
         "txs": txs,
         "median": med,
         "p90_visible": sorted(r["visible"] for r in rows)[int(len(rows) * 0.9)],
-        "trigger": spec.options.trigger_interval or changelog_input(spec).default_trigger,
+        "trigger": changelog_input(spec).trigger(spec.options.trigger_interval),
     }
 
 

@@ -96,6 +96,7 @@ def main() -> None:
     state = _State()
     events = args.txs * (args.per_tx + 2)
     batches = [_batch(b, args.txs, args.per_tx) for b in range(args.batches + 2)]
+    expected = args.txs * args.per_tx
     times = []
     for b, chunks in enumerate(batches):
         started = time.perf_counter()
@@ -103,7 +104,6 @@ def main() -> None:
         released = _to_arrow(out)
         if b >= 2:
             times.append(time.perf_counter() - started)
-        expected = args.txs * args.per_tx
         if released.num_rows != expected:
             raise SystemExit(f"batch {b}: released {released.num_rows} rows, expected {expected}")
     per_event = [t / events * 1e6 for t in times]

@@ -102,12 +102,14 @@ class ChangelogInput:
         if self.kind == "kafka" and "kafka.bootstrap.servers" not in self.kafka_options:
             raise ConfigError("changelog kind 'kafka' needs kafka_options['kafka.bootstrap.servers']")
 
-    @property
-    def default_trigger(self) -> str:
-        """The trigger interval when the spec sets none. An idle trigger on txjoin's changelog
-        reads an index (about 1 ms), so 100 ms costs no measurable CPU and shortens a quiet
-        source's wait (bench/NOTES.md); Spark's file source lists Debezium's topic files at every
-        trigger, so they keep 250 ms. Busy pipelines run their batches back to back anyway."""
+    def trigger(self, configured: str = "") -> str:
+        """The trigger interval: ``configured`` ([options] trigger_interval), else this input's.
+        An idle trigger on txjoin's changelog reads an index (about 1 ms), so 100 ms costs no
+        measurable CPU and shortens a quiet source's wait (bench/NOTES.md); Spark's file source
+        lists Debezium's topic files at every trigger, so they keep 250 ms. Busy pipelines run
+        their batches back to back anyway."""
+        if configured:
+            return configured
         return "100 milliseconds" if self.kind == "files" else "250 milliseconds"
 
 

@@ -118,7 +118,7 @@ class Pipeline:
         events = read_events(self.spark, source, sorted(self.spec.sources), ck)
         released = assemble_stream(events, cfg)
         writer = released.writeStream.foreachBatch(self.process_batch).option("checkpointLocation", str(ck))
-        interval = opts.trigger_interval or source.default_trigger
+        interval = source.trigger(opts.trigger_interval)
         trigger = {"availableNow": True} if available_now else {"processingTime": interval}
         writer = writer.trigger(**trigger)
         with state_partitions(self.spark, len(self.spec.sources)):

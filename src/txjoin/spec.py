@@ -93,7 +93,7 @@ class Options:
     """Tuning knobs, with defaults that suit a laptop."""
 
     #: Spark micro-batch trigger, e.g. "100 milliseconds"; "" picks one by input
-    #: (:attr:`txjoin.decode.ChangelogInput.default_trigger`).
+    #: (:meth:`txjoin.decode.ChangelogInput.trigger`).
     trigger_interval: str = ""
     #: A safety valve: a transaction of more events stops the pipeline, naming this setting.
     max_transaction_events: int = 50_000_000

@@ -39,7 +39,7 @@ def test_bad_snapshot_settings_are_refused_with_their_name(tmp_path: Path, value
 
 def trigger_interval(spec: Any) -> str:
     """The trigger a pipeline of ``spec`` starts with (as ``Pipeline.start`` picks it)."""
-    return str(spec.options.trigger_interval or changelog_input(spec).default_trigger)
+    return changelog_input(spec).trigger(spec.options.trigger_interval)
 
 
 def test_trigger_is_short_for_the_changelog_longer_for_listed_topic_files_unless_set(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from txjoin.assemble.buffer import OUTPUT_COLUMNS, AssemblerConfig, AssemblyState, assemble
+from txjoin.assemble.buffer import OUTPUT_COLUMNS, AssemblerConfig, AssemblyState, _empty, assemble
 from txjoin.decode import EVENT_COLUMNS
 
 __all__ = ["OUTPUT_SCHEMA", "STATE_SCHEMA", "assemble_stream", "state_function", "state_partitions"]
@@ -72,7 +72,7 @@ def _events(frames: Iterator[pd.DataFrame]) -> pd.DataFrame:
     Arrow (bench/NOTES.md)."""
     parts = [f for f in frames if not f.empty]
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in EVENT_COLUMNS.items()})
+        return _empty(EVENT_COLUMNS)
     return pd.DataFrame({c: np.concatenate([p[c].to_numpy() for p in parts]) for c in EVENT_COLUMNS})
 
 
