@@ -221,6 +221,21 @@ def test_state_round_trip_keeps_buffered_events_and_markers() -> None:
     assert copy.deepcopy(state).frontier == 3
 
 
+def test_fresh_states_do_not_share_their_empty_frames() -> None:
+    """The empty frames a state starts with are copies of one template each (buffer._empty):
+    changing one in place changes no other state's."""
+    names = ("markers", "counts", "held", "events", "staged")
+    a = AssemblyState(source="a")
+    for name in names:
+        frame_ = getattr(a, name)
+        frame_["added"] = pd.Series(dtype="int64")
+        frame_.loc[0] = 1
+    b = AssemblyState(source="b")
+    for name in names:
+        assert "added" not in getattr(b, name).columns, name
+        assert getattr(b, name).empty, name
+
+
 @settings(max_examples=examples(ci=60, thorough=1000))
 @given(st.data())
 def test_the_spark_glue_passes_the_same_rows_as_pandas_would(data: st.DataObject) -> None:
