@@ -3,10 +3,15 @@
 A batch can touch tens of thousands of partitions (a busy source, a slow
 batch); delta-rs overflowed its stack on an IN list of 57,971 keys and killed
 the process. These tests replace that many and check the table's content.
+
+The store keeps the tables it opened and brings them up to date rather than
+reopening them; the last tests check that it never answers from a stale one.
 """
 
 from __future__ import annotations
 
+import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +74,61 @@ def test_replace_tens_of_thousands_of_partitions(tmp_path: Path, spread: str) ->
     expected[None] = "bNone"
     assert got == expected
     assert max(store.history(path), key=lambda c: c.version).cut == {"s": Cut(1)}
+
+
+def test_a_store_sees_commits_made_elsewhere(tmp_path: Path) -> None:
+    """Two stores on one table (the pipeline's and a reader's): each sees the other's commits."""
+    path = tmp_path / "out"
+    mine, other = DeltaRsStore(), DeltaRsStore()
+    _commit(mine, path, _table([1, 2], "a"), None, 0)
+    assert _content(other, path) == {1: "a1", 2: "a2"}
+    assert _commit(other, path, _table([2], "b"), [[2]], 1) == 1
+    assert _content(mine, path) == {1: "a1", 2: "b2"}
+    assert mine.committed_batch(path, "test") == 1
+    assert _commit(mine, path, _table([3], "c"), [[3]], 2) == 2
+    assert _content(other, path) == {1: "a1", 2: "b2", 3: "c3"}
+    assert [v.version for v in other.history(path)] == [0, 1, 2]
+
+
+def test_a_table_removed_and_made_again_is_read_afresh(tmp_path: Path) -> None:
+    """The same path, the same version numbers, another table: nothing of the old one is used."""
+    path = tmp_path / "out"
+    store = DeltaRsStore()
+    _commit(store, path, _table([1, 2], "a"), None, 0)
+    _commit(store, path, _table([2], "b"), [[2]], 1)
+    assert _content(store, path) == {1: "a1", 2: "b2"}
+    shutil.rmtree(path)
+    assert store.committed_batch(path, "test") is None
+    writer = DeltaRsStore()
+    _commit(writer, path, _table([7], "x"), None, 5)
+    _commit(writer, path, _table([8], "y"), [[8]], 6)
+    assert _content(store, path) == {7: "x7", 8: "y8"}
+    assert store.committed_batch(path, "test") == 6
+    assert [v.batch for v in store.history(path)] == [5, 6]
+
+
+def test_threads_each_use_their_own_table_object(tmp_path: Path) -> None:
+    """A reader thread and the committing thread share one store (delta-rs objects are not shared)."""
+    path = tmp_path / "out"
+    store = DeltaRsStore()
+    _commit(store, path, _table(list(range(100)), "a"), None, 0)
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                assert len(_content(store, path)) == 100
+        except BaseException as e:  # reported below, in the test's thread
+            failures.append(e)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for b in range(1, 11):
+            _commit(store, path, _table([b], f"v{b}-"), [[b]], b)
+    finally:
+        stop.set()
+        reader.join()
+    assert failures == []
+    assert _content(store, path)[10] == "v10-10"
