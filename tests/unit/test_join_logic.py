@@ -321,6 +321,32 @@ def test_pending_partitions_round_trip(tmp_path: Path) -> None:
     assert s.cuts() == {"s": Cut(5)}
 
 
+def test_metadata_reads_follow_commits_and_rollbacks(tmp_path: Path) -> None:
+    """The store answers metadata from memory: a rolled-back value is gone, a committed one stays
+    (also for a new store on the file), and a caller changing what it read changes nothing."""
+    p = plan("SELECT o.id, o.note FROM orders o", ["id"])
+    s = store_for(p, tmp_path / "r.duckdb")
+    s.begin()
+    s.set_meta("initialized", {"o": "f1"})
+    s.commit(1, {}, {"s": Cut(5)})
+    got = s.meta("initialized")
+    got["o"] = "changed by the caller"
+    assert s.meta("initialized") == {"o": "f1"}
+    s.begin()
+    s.set_meta("initialized", {"o": "f2"})
+    s.set_meta("held", ["o"])
+    assert (s.meta("initialized"), s.meta("held")) == ({"o": "f2"}, ["o"])
+    s.rollback()
+    assert (s.meta("initialized"), s.meta("held", []), s.last_batch) == ({"o": "f1"}, [], 1)
+    s.begin()
+    s.set_meta("held", ["o"])
+    s.commit(2, {}, {"s": Cut(6)})
+    s.close()
+    again = store_for(p, tmp_path / "r.duckdb")
+    assert (again.meta("initialized"), again.meta("held"), again.last_batch) == ({"o": "f1"}, ["o"], 2)
+    assert again.cuts() == {"s": Cut(6)}
+
+
 def _staged_rows(xid: int, orders: range) -> Any:
     import pandas as pd
 
