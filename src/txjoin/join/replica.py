@@ -237,18 +237,18 @@ class ReplicaStore:
 
     def commit(self, batch: int, affected: Mapping[str, Partitions | None], cuts: Mapping[str, Cut]) -> None:
         """Record the batch's affected partitions and cut, then commit."""
-        self.db.execute("DELETE FROM _pending WHERE batch < ?", [batch - 1])
-        for output, parts in affected.items():
-            self.db.execute(
-                "INSERT OR REPLACE INTO _pending VALUES (?, ?, ?)",
-                [batch, output, None if parts is None else _ipc(parts)],
-            )
-        self.set_meta("last_batch", batch)
-        self.set_meta("cuts", cuts_to_json(cuts))
         try:
+            self.db.execute("DELETE FROM _pending WHERE batch < ?", [batch - 1])
+            for output, parts in affected.items():
+                self.db.execute(
+                    "INSERT OR REPLACE INTO _pending VALUES (?, ?, ?)",
+                    [batch, output, None if parts is None else _ipc(parts)],
+                )
+            self.set_meta("last_batch", batch)
+            self.set_meta("cuts", cuts_to_json(cuts))
             self.db.execute("COMMIT")
         except BaseException:
-            self._meta.clear()  # what was set in the failed transaction is not there
+            self._meta.clear()  # what the transaction set may never be committed
             raise
 
     def rollback(self) -> None:
