@@ -272,7 +272,7 @@ class DeltaRsStore:
     def __init__(self, file_bytes: int = 2 << 20, compact_after: int = 32) -> None:
         self.file_bytes = file_bytes
         self.compact_after = compact_after
-        # Per thread: a delta-rs table object is not for concurrent use.
+        # Per thread: delta-rs does not document its table objects as safe to share between threads.
         self._local = threading.local()
 
     def exists(self, path: Path) -> bool:
@@ -283,10 +283,10 @@ class DeltaRsStore:
     def _table(self, path: Path) -> DeltaTable | None:
         """The table at ``path`` at its latest version (None: no table there).
 
-        Opening a table replays its log from the last checkpoint: 1.5 ms plus 0.2 ms a commit
-        since then (up to 100), and a batch needs each output's table four times. A table
-        opened here before is brought up to date instead (newer commits only), unless the
-        commit it was at is gone or another file (the table was removed or replaced).
+        Opening a table replays its log from the last checkpoint: 1.5 ms just after one, about
+        25 ms 80-100 commits later (bench/NOTES.md), and a batch needs each output's table four
+        times. A table opened here before is brought up to date instead (newer commits only),
+        unless the commit it was at is gone or another file (the table was removed or replaced).
         """
         from deltalake import DeltaTable
 
