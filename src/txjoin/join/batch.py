@@ -18,7 +18,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -581,19 +581,42 @@ class JoinStage:
         """
         if result.num_rows == 0:
             return result
-        con = self._compute
-        con.register("res", result)
-        con.register("parts", typed)
-        try:
-            on = " AND ".join(f"res.{_q(c)} IS NOT DISTINCT FROM parts.{_q(c)}" for c in plan.partition_cols)
-            sql = f"SELECT res.* FROM res SEMI JOIN parts ON {on}"  # noqa: S608 (quoted names)
-            rel = con.sql(sql)
-            assert rel is not None
-            kept: pa.Table = rel.to_arrow_table()
-        finally:
-            con.unregister("res")
-            con.unregister("parts")
-        return kept.cast(result.schema)
+        kept = in_partitions(result, typed, plan.partition_cols)
+        return semi_join(self._compute, result, typed, plan.partition_cols) if kept is None else kept
+
+
+def in_partitions(result: pa.Table, typed: pa.Table, cols: Sequence[str]) -> pa.Table | None:
+    """``result``'s rows whose partition is a row of ``typed`` (NULL matching NULL), by Arrow set
+    membership: 0.1 ms where DuckDB's semi join takes 7 (bench/NOTES.md). None where membership
+    could differ from SQL's IS NOT DISTINCT FROM: several columns, other types (-0.0, NaN)."""
+    if len(cols) != 1:
+        return None
+    values, wanted = result.column(cols[0]), typed.column(cols[0])
+    t = values.type
+    exact = (
+        pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_date(t)
+    )
+    if t != wanted.type or not exact:
+        return None
+    return result.filter(pc.is_in(values, value_set=wanted.combine_chunks(), skip_nulls=False))
+
+
+def semi_join(
+    con: duckdb.DuckDBPyConnection, result: pa.Table, typed: pa.Table, cols: Sequence[str]
+) -> pa.Table:
+    """``result``'s rows whose partition is a row of ``typed``, matched with IS NOT DISTINCT FROM."""
+    con.register("res", result)
+    con.register("parts", typed)
+    try:
+        on = " AND ".join(f"res.{_q(c)} IS NOT DISTINCT FROM parts.{_q(c)}" for c in cols)
+        sql = f"SELECT res.* FROM res SEMI JOIN parts ON {on}"  # noqa: S608 (quoted names)
+        rel = con.sql(sql)
+        assert rel is not None
+        kept: pa.Table = rel.to_arrow_table()
+    finally:
+        con.unregister("res")
+        con.unregister("parts")
+    return kept.cast(result.schema)
 
 
 def _q(ident: str) -> str:
