@@ -379,8 +379,9 @@ class DeltaRsStore:
             )  # fmt: skip
             if mutated("double-commit") and rows.num_rows:
                 write_deltalake(str(path), rows, mode="append", commit_properties=props)
-            version = self._version(path)
-            self._maybe_compact(path, cut, batch)
+            table = self._current(path)
+            version = int(table.version())
+            self._maybe_compact(table, cut, batch)
             return version
         except Exception as e:  # delta-rs raises its own exception types
             raise SinkError(
@@ -458,10 +459,9 @@ class DeltaRsStore:
         )  # fmt: skip
         return self._version(path)
 
-    def _maybe_compact(self, path: Path, cut: Mapping[str, Cut], batch: int) -> None:
+    def _maybe_compact(self, table: DeltaTable, cut: Mapping[str, Cut], batch: int) -> None:
         from deltalake import CommitProperties
 
-        table = self._current(path)
         sizes = table.get_add_actions(flatten=True).column("size_bytes").to_pylist()
         if sum(1 for s in sizes if s < self.file_bytes // 2) < self.compact_after:
             return
