@@ -5,7 +5,8 @@ batch); delta-rs overflowed its stack on an IN list of 57,971 keys and killed
 the process. These tests replace that many and check the table's content.
 
 The store keeps the tables it opened and brings them up to date rather than
-reopening them; the last tests check that it never answers from a stale one.
+reopening them; the next tests check that it never answers from a stale one.
+The last one has the store compact small files and reads every version.
 """
 
 from __future__ import annotations
@@ -132,3 +133,34 @@ def test_threads_each_use_their_own_table_object(tmp_path: Path) -> None:
         reader.join()
     assert failures == []
     assert _content(store, path)[10] == "v10-10"
+
+
+def test_compaction_keeps_every_version_whole(tmp_path: Path) -> None:
+    """Small files are compacted in a commit of their own: it changes no row, carries the cut
+    and batch of the version before it, and batches after it replace partitions as before."""
+    path = tmp_path / "out"
+    store = DeltaRsStore(compact_after=3)
+    model: dict[int | None, str] = {i: f"a{i}" for i in range(20)}
+    _commit(store, path, _table(list(range(20)), "a"), None, 0)
+    after: dict[int, dict[int | None, str]] = {0: dict(model)}
+    for b in range(1, 10):
+        # New keys add a small file each; every third batch also edits and deletes old keys.
+        changed = [100 * b, 100 * b + 1] + ([b, 100 * (b - 1)] if b % 3 == 0 else [])
+        gone = [b + 10, 100 * (b - 2) + 1] if b % 3 == 0 else []
+        for i in changed:
+            model[i] = f"b{b}-{i}"
+        for i in gone:
+            model.pop(i, None)
+        parts: list[list[Any]] = [[i] for i in changed + gone]
+        _commit(store, path, _table(changed, f"b{b}-"), parts, b)
+        after[b] = dict(model)
+        assert _content(store, path) == model, f"after batch {b}"
+    history = store.history(path)
+    assert [v.operation for v in history].count("OPTIMIZE") >= 2, [v.operation for v in history]
+    for v in history:
+        assert v.batch is not None, v
+        assert v.cut == {"s": Cut(v.batch)}, v
+        got = {r["id"]: r["v"] for r in store.read(path, v.version).to_pylist()}
+        assert got == after[v.batch], f"version {v.version} ({v.operation}, batch {v.batch})"
+    assert store.committed_batch(path, "test") == 9
+    assert len(store._current(path).file_uris()) < 3, "the last compaction left the small files"
