@@ -145,7 +145,7 @@ def test_compaction_keeps_every_version_whole(tmp_path: Path) -> None:
     after: dict[int, dict[int | None, str]] = {0: dict(model)}
     for b in range(1, 10):
         # New keys add a small file each; every third batch also edits and deletes old keys.
-        changed = [100 * b, 100 * b + 1] + ([b, 100 * (b - 1)] if b % 3 == 0 else [])
+        changed: list[int | None] = [100 * b, 100 * b + 1] + ([b, 100 * (b - 1)] if b % 3 == 0 else [])
         gone = [b + 10, 100 * (b - 2) + 1] if b % 3 == 0 else []
         for i in changed:
             model[i] = f"b{b}-{i}"
