@@ -145,14 +145,14 @@ def test_compaction_keeps_every_version_whole(tmp_path: Path) -> None:
     after: dict[int, dict[int | None, str]] = {0: dict(model)}
     for b in range(1, 10):
         # New keys add a small file each; every third batch also edits and deletes old keys.
-        changed: list[int | None] = [100 * b, 100 * b + 1] + ([b, 100 * (b - 1)] if b % 3 == 0 else [])
+        changed = [100 * b, 100 * b + 1] + ([b, 100 * (b - 1)] if b % 3 == 0 else [])
         gone = [b + 10, 100 * (b - 2) + 1] if b % 3 == 0 else []
         for i in changed:
             model[i] = f"b{b}-{i}"
         for i in gone:
             model.pop(i, None)
         parts: list[list[Any]] = [[i] for i in changed + gone]
-        _commit(store, path, _table(changed, f"b{b}-"), parts, b)
+        _commit(store, path, _table([*changed], f"b{b}-"), parts, b)
         after[b] = dict(model)
         assert _content(store, path) == model, f"after batch {b}"
     history = store.history(path)
