@@ -1,10 +1,11 @@
 """A recompute gives the same rows whichever way its views reach Spark.
 
 SparkEngine sends a small recompute's rows as ONE DataFrame with a WITH query
-per view, and a large one as a DataFrame per view (``SparkEngine._register``).
-Generated rows, different per alias of a self-join, with NULLs of every type
-and column names that need quoting, go through both ways and must give the
-same schema and rows.
+per view, and a large one as a DataFrame per view (``SparkEngine._register``),
+in a session where large views are RDDs of Arrow batches rather than local
+relations. Generated rows, different per alias of a self-join, with NULLs of
+every type and column names that need quoting, go through all three ways and
+must give the same schema and rows.
 """
 
 from __future__ import annotations
@@ -90,9 +91,29 @@ def test_one_dataframe_for_all_views_equals_one_per_view(
     plan = plan_output(output, SQLS[output], key, {A: table_info(TABLE)})
     rows = {alias: _rows(r) for alias, r in zip(plan.aliases, per_alias, strict=True)}
     combined = SparkEngine(spark, {A: TABLE}).run(plan, rows)
-    apart = SparkEngine(spark, {A: TABLE}, combine_rows=0).run(plan, rows)
-    assert combined.schema == apart.schema
-    assert _sorted(combined) == _sorted(apart)
+    apart = SparkEngine(spark, {A: TABLE}, combine_rows=0, local_relation_bytes=50 << 20).run(plan, rows)
+    as_rdds = SparkEngine(spark, {A: TABLE}, combine_rows=0, local_relation_bytes=1).run(plan, rows)
+    assert combined.schema == apart.schema == as_rdds.schema
+    assert _sorted(combined) == _sorted(apart) == _sorted(as_rdds)
+
+
+def test_the_large_recompute_session_has_the_pipeline_sessions_settings(spark: Any) -> None:
+    """Settings made on the running session (not in Spark's defaults) reach the large recomputes'."""
+    key = "spark.sql.jsonGenerator.ignoreNullFields"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "true" if before == "false" else "false")
+    try:
+        engine = SparkEngine(spark, {A: TABLE}, local_relation_bytes=1234)
+        large = engine._large_session()
+        assert large.conf.get(key) == spark.conf.get(key) != before
+        assert large.conf.get("spark.sql.execution.arrow.localRelationThreshold") == "1234"
+        assert spark.conf.get("spark.sql.execution.arrow.localRelationThreshold") != "1234"
+        assert (
+            large.sql("SELECT to_json(named_struct('a', NULL)) AS j").first().j
+            == spark.sql("SELECT to_json(named_struct('a', NULL)) AS j").first().j
+        )
+    finally:
+        spark.conf.set(key, before)
 
 
 def test_every_record_batch_reaches_spark(spark: Any) -> None:
@@ -101,3 +122,32 @@ def test_every_record_batch_reaches_spark(spark: Any) -> None:
 
     t = pa.table({"x": pa.chunked_array([[1], [], [2]], pa.int32())})
     assert sorted(r.x for r in _spark_frame(spark, t).collect()) == [1, 2]
+
+
+def test_a_large_recompute_sends_its_views_as_arrow_batches(spark: Any) -> None:
+    """Over ``combine_rows`` rows, a view of more than ``local_relation_bytes`` is an RDD of Arrow
+    batches (not rows copied into the plan), and the result is the combined way's."""
+    n = 8_000  # three views: 24,000 rows (over combine_rows), each over 256 KiB
+    rows = [
+        {
+            "id": i,
+            "Grp Name": f"g{i % 7}",
+            "Amt": f"{i % 1000}.25",
+            "ts": None,
+            "tags": None,
+            "parent": i // 3,
+        }
+        for i in range(1, n + 1)
+    ]
+    plan = plan_output("grouped", SQLS["grouped"], ("Grp Name",), {A: table_info(TABLE)})
+    table = _rows(rows)
+    views = {alias: table for alias in plan.aliases}
+    engine = SparkEngine(spark, {A: TABLE})
+    large = engine.run(plan, views)
+    combined = SparkEngine(spark, {A: TABLE}, combine_rows=10 * n).run(plan, views)
+    assert _sorted(large) == _sorted(combined)
+    assert len(large) == 7
+    for alias in plan.aliases:
+        analyzed = engine._large_session().table(plan.view(alias))._jdf.queryExecution().analyzed().toString()
+        assert "LocalRelation" not in analyzed, analyzed
+        assert "ExistingRDD" in analyzed or "LogicalRDD" in analyzed, analyzed

@@ -41,6 +41,9 @@ Row = dict[str, Any]
 
 #: Recomputes over at most this many rows send all views' rows to Spark at once (SparkEngine._register).
 COMBINE_ROWS = 20_000
+#: In larger recomputes, a view of more Arrow bytes than this is an RDD of Arrow batches, not a
+#: local relation (Spark's spark.sql.execution.arrow.localRelationThreshold, 48 MB by default).
+LOCAL_RELATION_BYTES = 256 << 10
 _VIEW_TAG = "txj__view"
 
 
@@ -226,11 +229,18 @@ class SparkEngine:
     """Runs output SQL over small sets of rows on a Spark session."""
 
     def __init__(
-        self, spark: Any, tables: Mapping[QualifiedName, Table], *, combine_rows: int = COMBINE_ROWS
+        self,
+        spark: Any,
+        tables: Mapping[QualifiedName, Table],
+        *,
+        combine_rows: int = COMBINE_ROWS,
+        local_relation_bytes: int = LOCAL_RELATION_BYTES,
     ) -> None:
         self.spark = spark
         self.tables = dict(tables)
         self.combine_rows = combine_rows
+        self.local_relation_bytes = local_relation_bytes
+        self._large: Any = None
         if spark is not None:  # None: a join stage that never recomputes (bench.apply)
             register_udfs(spark)
 
@@ -245,24 +255,29 @@ class SparkEngine:
                 names = [c.name for c in table.columns if c.name in used]
                 data = pa.schema([(n, value_type(table.types[n])) for n in names]).empty_table()
             views[plan.view(alias)] = to_spark(data, table)
-        sql = self._register(plan, views)
+        session, sql = self._register(plan, views)
         with spark_errors(plan):
-            result: pa.Table = self.spark.sql(sql).toArrow()
+            result: pa.Table = session.sql(sql).toArrow()
         return _storable(result)
 
-    def _register(self, plan: OutputPlan, views: Mapping[str, pa.Table]) -> str:
-        """Give Spark the rows of every view; return the SQL to run over them.
+    def _register(self, plan: OutputPlan, views: Mapping[str, pa.Table]) -> tuple[Any, str]:
+        """Give Spark the rows of every view; return the session and the SQL to run over them.
 
         Up to ``combine_rows`` rows (most micro-batches) go over as ONE DataFrame, each view a WITH
         query selecting its rows from it: one Arrow transfer and one temporary view per recompute
         instead of one of each per alias (15-20 ms of py4j calls apiece). More rows keep one
-        DataFrame per alias, which pads no columns with NULLs.
+        DataFrame per alias, which pads no columns with NULLs, in a session where views over
+        ``local_relation_bytes`` are RDDs of Arrow batches: Spark copies a local relation's rows
+        into its plan and folds filters and projections over them while optimizing, which cost
+        264 ms against 163 ms for a join of 50,000 rows, 841 ms against 373 ms for 200,000
+        (bench/NOTES.md). Small views stay local relations, which Spark can broadcast.
         """
         total = sum(t.num_rows for t in views.values())
         if len(views) < 2 or total > self.combine_rows:
+            session = self.spark if total <= self.combine_rows else self._large_session()
             for name, t in views.items():
-                _spark_frame(self.spark, t).createOrReplaceTempView(name)
-            return plan.spark_sql
+                _spark_frame(session, t).createOrReplaceTempView(name)
+            return session, plan.spark_sql
         base = plan.all_views()
         parts, ctes = [], []
         for i, (name, t) in enumerate(views.items()):
@@ -274,7 +289,23 @@ class SparkEngine:
             ctes.append(f"{name} AS (SELECT {select} FROM {base} WHERE {_VIEW_TAG} = {i})")  # noqa: S608
         combined = pa.concat_tables(parts, promote_options="default")
         _spark_frame(self.spark, combined).createOrReplaceTempView(base)
-        return f"WITH {', '.join(ctes)}\n{plan.spark_sql}"
+        return self.spark, f"WITH {', '.join(ctes)}\n{plan.spark_sql}"
+
+    def _large_session(self) -> Any:
+        """A session of the same Spark, with every setting of the pipeline's, for recomputes over
+        many rows. Settings made on a running session (a session got again with other settings)
+        are not in a new one's defaults; they are copied, as txjoin's SQL semantics depend on some.
+        """
+        if self._large is None:
+            session = self.spark.newSession()
+            for key, value in self.spark.conf.getAll.items():
+                if self.spark.conf.isModifiable(key) and session.conf.get(key, None) != value:
+                    session.conf.set(key, value)
+            threshold = "spark.sql.execution.arrow.localRelationThreshold"
+            session.conf.set(threshold, str(self.local_relation_bytes))
+            register_udfs(session)
+            self._large = session
+        return self._large
 
     def empty_result(self, plan: OutputPlan) -> pa.Table:
         """The output's schema, from running its SQL over no rows."""
