@@ -294,7 +294,8 @@ class SparkEngine:
     def _large_session(self) -> Any:
         """A session of the same Spark, with every setting of the pipeline's, for recomputes over
         many rows. Settings made on a running session (a session got again with other settings)
-        are not in a new one's defaults; they are copied, as txjoin's SQL semantics depend on some.
+        are not in a new one's defaults; they are copied when it is first needed, as txjoin's SQL
+        semantics depend on some.
         """
         if self._large is None:
             session = self.spark.newSession()
