@@ -124,9 +124,11 @@ def test_every_record_batch_reaches_spark(spark: Any) -> None:
     assert sorted(r.x for r in _spark_frame(spark, t).collect()) == [1, 2]
 
 
-def test_a_large_recompute_sends_its_views_as_arrow_batches(spark: Any) -> None:
-    """Over ``combine_rows`` rows, a view of more than ``local_relation_bytes`` is an RDD of Arrow
-    batches (not rows copied into the plan), and the result is the combined way's."""
+@pytest.mark.parametrize("over", ["rows", "bytes"])
+def test_a_large_recompute_sends_its_views_as_arrow_batches(spark: Any, over: str) -> None:
+    """Over ``combine_rows`` rows or ``local_relation_bytes`` in all, a view of more than
+    ``local_relation_bytes`` is an RDD of Arrow batches (not rows copied into the plan), and the
+    result is the combined way's."""
     n = 8_000  # three views: 24,000 rows (over combine_rows), each over 256 KiB
     rows = [
         {
@@ -142,9 +144,11 @@ def test_a_large_recompute_sends_its_views_as_arrow_batches(spark: Any) -> None:
     plan = plan_output("grouped", SQLS["grouped"], ("Grp Name",), {A: table_info(TABLE)})
     table = _rows(rows)
     views = {alias: table for alias in plan.aliases}
-    engine = SparkEngine(spark, {A: TABLE})
+    engine = SparkEngine(spark, {A: TABLE}, combine_rows=10 * n if over == "bytes" else 20_000)
     large = engine.run(plan, views)
-    combined = SparkEngine(spark, {A: TABLE}, combine_rows=10 * n).run(plan, views)
+    combined = SparkEngine(spark, {A: TABLE}, combine_rows=10 * n, local_relation_bytes=50 << 20).run(
+        plan, views
+    )
     assert _sorted(large) == _sorted(combined)
     assert len(large) == 7
     for alias in plan.aliases:

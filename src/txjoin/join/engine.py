@@ -263,18 +263,21 @@ class SparkEngine:
     def _register(self, plan: OutputPlan, views: Mapping[str, pa.Table]) -> tuple[Any, str]:
         """Give Spark the rows of every view; return the session and the SQL to run over them.
 
-        Up to ``combine_rows`` rows (most micro-batches) go over as ONE DataFrame, each view a WITH
-        query selecting its rows from it: one Arrow transfer and one temporary view per recompute
-        instead of one of each per alias (15-20 ms of py4j calls apiece). More rows keep one
-        DataFrame per alias, which pads no columns with NULLs, in a session where views over
-        ``local_relation_bytes`` are RDDs of Arrow batches: Spark copies a local relation's rows
-        into its plan and folds filters and projections over them while optimizing, which cost
-        264 ms against 163 ms for a join of 50,000 rows, 841 ms against 373 ms for 200,000
-        (bench/NOTES.md). Small views stay local relations, which Spark can broadcast.
+        Up to ``combine_rows`` rows and ``local_relation_bytes`` of Arrow (most micro-batches) go
+        over as ONE DataFrame, each view a WITH query selecting its rows from it: one Arrow
+        transfer and one temporary view per recompute instead of one of each per alias (15-20 ms
+        of py4j calls apiece). More keep one DataFrame per alias, which pads no columns with
+        NULLs, in a session where views over ``local_relation_bytes`` are RDDs of Arrow batches:
+        Spark copies a local relation's rows into its plan and folds filters and projections over
+        them while optimizing, which cost 264 ms against 163 ms for a join of 50,000 rows, 841 ms
+        against 373 ms for 200,000, and 424-459 ms against 270-300 ms for the pizzeria's five
+        views over 12,784 rows (bench/NOTES.md). Small views stay local relations, which Spark
+        can broadcast.
         """
         total = sum(t.num_rows for t in views.values())
-        if len(views) < 2 or total > self.combine_rows:
-            session = self.spark if total <= self.combine_rows else self._large_session()
+        large = total > self.combine_rows or sum(t.nbytes for t in views.values()) > self.local_relation_bytes
+        if len(views) < 2 or large:
+            session = self._large_session() if large else self.spark
             for name, t in views.items():
                 _spark_frame(session, t).createOrReplaceTempView(name)
             return session, plan.spark_sql
