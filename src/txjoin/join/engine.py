@@ -39,9 +39,11 @@ __all__ = [
 
 Row = dict[str, Any]
 
-#: Recomputes over at most this many rows send all views' rows to Spark at once (SparkEngine._register).
+#: Recomputes over at most this many rows (and LOCAL_RELATION_BYTES) send all views' rows to Spark
+#: at once (SparkEngine._register).
 COMBINE_ROWS = 20_000
-#: In larger recomputes, a view of more Arrow bytes than this is an RDD of Arrow batches, not a
+#: Recomputes whose views hold more Arrow bytes than this in all (or more than COMBINE_ROWS rows)
+#: send a DataFrame per view, and a view of more bytes than this is an RDD of Arrow batches, not a
 #: local relation (Spark's spark.sql.execution.arrow.localRelationThreshold, 48 MB by default).
 LOCAL_RELATION_BYTES = 256 << 10
 _VIEW_TAG = "txj__view"
@@ -295,10 +297,10 @@ class SparkEngine:
         return self.spark, f"WITH {', '.join(ctes)}\n{plan.spark_sql}"
 
     def _large_session(self) -> Any:
-        """A session of the same Spark, with every setting of the pipeline's, for recomputes over
-        many rows. Settings made on a running session (a session got again with other settings)
-        are not in a new one's defaults; they are copied when it is first needed, as txjoin's SQL
-        semantics depend on some.
+        """A session of the same Spark, with every setting of the pipeline's, for large recomputes
+        (over ``combine_rows`` rows or ``local_relation_bytes``). Settings made on a running
+        session (a session got again with other settings) are not in a new one's defaults; they
+        are copied when it is first needed, as txjoin's SQL semantics depend on some.
         """
         if self._large is None:
             session = self.spark.newSession()
