@@ -151,7 +151,34 @@ def test_a_large_recompute_sends_its_views_as_arrow_batches(spark: Any, over: st
     )
     assert _sorted(large) == _sorted(combined)
     assert len(large) == 7
+    assert engine.broadcast_fallbacks == 0  # equi-joins: the views stay RDDs
     for alias in plan.aliases:
         analyzed = engine._large_session().table(plan.view(alias))._jdf.queryExecution().analyzed().toString()
         assert "LocalRelation" not in analyzed, analyzed
         assert "ExistingRDD" in analyzed or "LogicalRDD" in analyzed, analyzed
+
+
+def test_a_large_join_on_any_keeps_its_views_broadcastable(spark: Any) -> None:
+    """Two large views joined on ``= ANY``: Spark cannot weigh an RDD, so over Arrow batches the
+    join would be a cartesian product; the engine runs it over local relations instead, which
+    Spark joins by a nested loop over a broadcast view, and gets the combined way's rows."""
+    n = 2_500  # each view over 256 KiB (its names are long), 5,000 rows in all
+    rows = [
+        {"id": i, "Grp Name": f"g{i}-" + "x" * 100, "Amt": None, "ts": None, "tags": _array_text([i + 1, i + 2]),
+         "parent": None}
+        for i in range(1, n + 1)
+    ]  # fmt: skip
+    sql = 'select a.id, c."Grp Name" tagged from a join a c on c.id = any (a.tags)'
+    plan = plan_output("tagged", sql, ("id", "tagged"), {A: table_info(TABLE)})
+    table = _rows(rows)
+    assert table.nbytes > 256 << 10
+    views = {alias: table for alias in plan.aliases}
+    engine = SparkEngine(spark, {A: TABLE})
+    large = engine.run(plan, views)
+    combined = SparkEngine(spark, {A: TABLE}, combine_rows=10 * n, local_relation_bytes=50 << 20).run(
+        plan, views
+    )
+    assert engine.broadcast_fallbacks == 1
+    assert len(large) == 2 * n - 3  # ids n - 1 and n have one tag and none inside 1..n
+    assert _sorted(large) == _sorted(combined)
+    assert not any(t.name in {plan.view(a) for a in plan.aliases} for t in spark.catalog.listTables())
