@@ -3,9 +3,11 @@
 SparkEngine sends a small recompute's rows as ONE DataFrame with a WITH query
 per view, and a large one as a DataFrame per view (``SparkEngine._register``),
 in a session where large views are RDDs of Arrow batches rather than local
-relations. Generated rows, different per alias of a self-join, with NULLs of
-every type and column names that need quoting, go through all three ways and
-must give the same schema and rows.
+relations. Generated rows, different per alias of a self-join, with a column
+of every type a view can have in Spark (edge values and NULLs) and column names
+that need quoting, go through all three ways and must give the same schema and
+rows. A large recompute whose plan would be a cartesian product over RDDs runs
+over local relations instead.
 """
 
 from __future__ import annotations
@@ -37,11 +39,24 @@ TYPES = {
     "ts": ColumnType(1114, "timestamp"),
     "tags": ColumnType(1007, "_int4"),
     "parent": ColumnType(23, "int4"),
+    # Every other type a view's column can have in Spark (txjoin.join.engine.spark_arrow_type).
+    "flag": ColumnType(16, "bool"),
+    "small": ColumnType(21, "int2"),
+    "big": ColumnType(20, "int8"),
+    "f4": ColumnType(700, "float4"),
+    "f8": ColumnType(701, "float8"),
+    "d": ColumnType(1082, "date"),
+    "tstz": ColumnType(1184, "timestamptz"),
+    "tm": ColumnType(1083, "time"),
+    "bin": ColumnType(17, "bytea"),
+    "num": ColumnType(1700, "numeric"),
+    "names": ColumnType(1009, "_text"),
 }
 TABLE = Table(A, "s", tuple(Column(n, t) for n, t in TYPES.items()), ("id",))
 
 SQLS = {
-    "joined": """select a.id, a."Grp Name", p."Amt" parent_amt, a.ts, a.tags, c.id child
+    "joined": """select a.id, a."Grp Name", p."Amt" parent_amt, a.ts, a.tags, c.id child, a.flag, a.small,
+                        a.big, a.f4, p.f8, a.d, a.tstz, c.tm, a.bin, p.num, c.names
                  from a left join a p on a.parent = p.id join a c on c.parent = a.id""",
     "grouped": """select a."Grp Name", count(c.id) n, sum(c."Amt") total, max(p.ts) latest
                   from a join a c on c.parent = a.id left join a p on a.parent = p.id
@@ -63,6 +78,17 @@ _ROW = st.fixed_dictionaries(
         "ts": st.none() | st.sampled_from(["2024-01-02 03:04:05.123456", "1999-12-31 23:59:59"]),
         "tags": st.none() | st.lists(st.none() | st.integers(-5, 5), max_size=3).map(_array_text),
         "parent": _IDS | st.none(),
+        "flag": st.none() | st.sampled_from(["t", "f"]),
+        "small": st.none() | st.sampled_from(["-32768", "0", "32767"]),
+        "big": st.none() | st.sampled_from(["-9223372036854775808", "1", "9223372036854775807"]),
+        "f4": st.none() | st.sampled_from(["NaN", "-Infinity", "1.5", "-0", "3.4028235e+38"]),
+        "f8": st.none() | st.sampled_from(["NaN", "Infinity", "0.1", "-1e-300", "1.7976931348623157e+308"]),
+        "d": st.none() | st.sampled_from(["2024-02-29", "0001-01-01", "9999-12-31", "1970-01-01"]),
+        "tstz": st.none() | st.sampled_from(["2024-01-02 03:04:05.123456+00", "1900-01-01 00:00:00+00"]),
+        "tm": st.none() | st.sampled_from(["00:00:00", "23:59:59.999999", "12:30:00.5"]),
+        "bin": st.none() | st.sampled_from(["\\x", "\\x00ff10", "\\x41"]),
+        "num": st.none() | st.sampled_from(["0", "-12345678901234567890.123456789", "1e-10"]),  # NaN: refused
+        "names": st.none() | st.sampled_from(["{}", '{"a b",NULL}', '{É,"x,y"}']),
     }
 )
 
@@ -70,7 +96,7 @@ _ROW = st.fixed_dictionaries(
 def _rows(rows: list[dict[str, Any]]) -> pa.Table:
     unique = list({r["id"]: r for r in rows}.values())
     return pa.Table.from_arrays(
-        [from_values([to_debezium(r[n], t) for r in unique], t) for n, t in TYPES.items()],
+        [from_values([to_debezium(r.get(n), t) for r in unique], t) for n, t in TYPES.items()],
         names=list(TYPES),
     )
 
