@@ -278,8 +278,7 @@ class SparkEngine:
         """
         self.broadcast_fallbacks += 1
         try:
-            for name, t in views.items():
-                _spark_frame(self.spark, t).createOrReplaceTempView(name)
+            _register_views(self.spark, views)
             result: pa.Table = self.spark.sql(sql).toArrow()
         finally:
             for name in views:  # the rows would stay in the session's catalog
@@ -304,8 +303,7 @@ class SparkEngine:
         large = total > self.combine_rows or sum(t.nbytes for t in views.values()) > self.local_relation_bytes
         if len(views) < 2 or large:
             session = self._large_session() if large else self.spark
-            for name, t in views.items():
-                _spark_frame(session, t).createOrReplaceTempView(name)
+            _register_views(session, views)
             return session, plan.spark_sql
         base = plan.all_views()
         parts, ctes = [], []
@@ -356,6 +354,12 @@ def _spark_frame(spark: Any, t: pa.Table) -> Any:
     empty chunks; one chunk per column avoids that.
     """
     return spark.createDataFrame(t.combine_chunks())
+
+
+def _register_views(spark: Any, views: Mapping[str, pa.Table]) -> None:
+    """Each of ``views`` as a temporary view of its name, a DataFrame apiece."""
+    for name, t in views.items():
+        _spark_frame(spark, t).createOrReplaceTempView(name)
 
 
 _CARTESIAN = re.compile(r"^[\s:|+*()\d-]*CartesianProduct\b", re.MULTILINE)
