@@ -186,10 +186,10 @@ def _run(
 
 
 def read_events_with_limit(spark: Any, root: Path, files_per_trigger: int) -> Any:
-    from txjoin.changelog.stream import read_stream
-    from txjoin.decode import decode
+    """The pipeline's reader (by offset, decoded in the reader) with a limit of files a trigger."""
+    from txjoin.decode import read_decoded
 
-    return decode(read_stream(spark, root, [SOURCE], max_files=files_per_trigger))
+    return read_decoded(spark, root, [SOURCE], max_files=files_per_trigger)
 
 
 class WorkerMemory:

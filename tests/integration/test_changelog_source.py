@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from txjoin.changelog import SegmentChangelog, segment_name
-from txjoin.decode import ChangelogInput, ReaderKind, raw_stream
+from txjoin.decode import EVENTS_FORMAT, ChangelogInput, ReaderKind, decode, raw_stream, read_events
 from txjoin.errors import ConfigError
 
 pytestmark = pytest.mark.spark
@@ -28,9 +28,15 @@ def _append(root: Path, start: int, count: int, per_segment: int) -> None:
 
 
 def _drain(
-    spark: Any, root: Path, ck: Path, max_bytes: int = 0, reader: ReaderKind = "offsets"
+    spark: Any,
+    root: Path,
+    ck: Path,
+    max_bytes: int = 0,
+    reader: ReaderKind = "offsets",
+    frame: Any = None,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Run the reader over ``ck`` with Trigger.AvailableNow; (records read, batches with data)."""
+    """Run the reader (or ``frame``) over ``ck`` with Trigger.AvailableNow; (records read, batches
+    with data)."""
     rows: list[dict[str, Any]] = []
     batches = [0]
 
@@ -39,7 +45,10 @@ def _drain(
         rows.extend(got)
         batches[0] += bool(got)
 
-    df = raw_stream(spark, ChangelogInput("files", root, max_batch_bytes=max_bytes, reader=reader), ["s"], ck)
+    df = frame
+    if df is None:
+        inp = ChangelogInput("files", root, max_batch_bytes=max_bytes, reader=reader)
+        df = raw_stream(spark, inp, ["s"], ck)
     q = (
         df.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(ck))
@@ -74,6 +83,37 @@ def test_offsets_read_every_record_once_across_restarts_and_limits(spark: Any, t
     assert json.loads(last.read_text().splitlines()[-1]) == {
         "topics": {"s.transaction": 110, "s.public.a": 330}
     }
+
+
+def test_a_checkpoint_moves_between_spark_s_decoder_and_the_reader_s(spark: Any, tmp_path: Path) -> None:
+    # Pipelines started before the reader decoded with Arrow restart on their checkpoints: both
+    # read the same offsets, so every change is decoded once across the switch, and back.
+    root, ck = tmp_path / "changelog", tmp_path / "checkpoint"
+
+    def changes(start: int, count: int) -> None:
+        with SegmentChangelog(root) as w:
+            for i in range(start, start + count):
+                event = {"op": "c", "after": {"i": i}, "source": {"txId": i, "lsn": 40 * i}}
+                w.append("s.public.a", json.dumps(event).encode())
+                if i % 4 == 3:
+                    w.flush()
+
+    inp = ChangelogInput("files", root)
+    seen: list[int] = []
+    for start, frame in [
+        (0, lambda: decode(raw_stream(spark, inp, ["s"], ck))),
+        (20, lambda: read_events(spark, inp, ["s"], ck)),
+        (40, lambda: decode(raw_stream(spark, inp, ["s"], ck))),
+    ]:
+        changes(start, 20)
+        rows, _ = _drain(spark, root, ck, frame=frame())
+        assert {r["kind"] for r in rows} == {"change"}
+        assert [r["xid"] for r in rows] == [json.loads(r["value"])["after"]["i"] for r in rows]
+        seen += sorted(r["xid"] for r in rows)
+    assert seen == list(range(60))
+    # The pipeline's reader is the one that decodes with Arrow.
+    plan = read_events(spark, inp, ["s"], tmp_path / "fresh")._jdf.queryExecution().analyzed().toString()
+    assert EVENTS_FORMAT in plan
 
 
 def test_a_checkpoint_begun_by_the_file_source_keeps_it(spark: Any, tmp_path: Path) -> None:

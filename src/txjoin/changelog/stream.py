@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,8 @@ MIN_PARTITION_BYTES = 1 << 20
 
 #: One segment to read: (topic, first, last, path).
 Part = tuple[str, int, int, str]
+#: Turns a segment (topic, first, last, path, its bytes, its records as strings) into a record batch.
+Decoder = Callable[[str, int, int, str, bytes, Any], Any]
 
 
 def _trimmed_on_purpose(topic: str) -> bool:
@@ -286,8 +288,9 @@ def plan_partitions(
     return [b for b in bins if b]
 
 
-def read_segments(parts: Sequence[Part]) -> Iterator[Any]:
-    """One Arrow record batch of (topic, value, seg_first, seg_last, path) per segment.
+def read_segments(parts: Sequence[Part], decoder: Decoder | None = None) -> Iterator[Any]:
+    """One Arrow record batch per segment: (topic, value, seg_first, seg_last, path), or what
+    ``decoder`` makes of the segment's records.
 
     Lines are cut with numpy over the file's bytes (no Python object per
     record); the text is checked to be UTF-8 and its line count to match the
@@ -297,51 +300,14 @@ def read_segments(parts: Sequence[Part]) -> Iterator[Any]:
     import pyarrow as pa
 
     for topic, first, last, path in parts:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            if _trimmed_on_purpose(topic):
-                continue
-            raise ChangelogError(
-                f"segment {path} of topic {topic} was deleted before Spark read it: the changelog "
-                "was trimmed or moved under a running pipeline. Restore it, or start the pipeline "
-                "from a new checkpoint and snapshot",
-                path=path,
-                topic=topic,
-                offset=first,
-            ) from None
-        count = last - first + 1
-        buf = np.frombuffer(data, dtype=np.uint8)
-        ends = np.flatnonzero(buf == 10)
-        if len(ends) != count or not data.endswith(b"\n"):
-            raise ChangelogError(
-                f"segment {path} of topic {topic} holds {len(ends)} complete lines but its name "
-                f"says {count} ({segment_name(first, last)}): the changelog is damaged. Restore "
-                "the segment from a backup",
-                path=path,
-                topic=topic,
-                offset=first,
-            )
-        # Drop the newlines: record i then spans [ends[i-1] + 1 - i, ends[i] - i).
-        offsets = np.empty(count + 1, dtype=np.int32 if len(data) < 2**31 else np.int64)
-        offsets[0] = 0
-        offsets[1:] = ends - np.arange(count)
-        body = np.delete(buf, ends)
-        string = pa.string() if offsets.dtype == np.int32 else pa.large_string()
-        values = pa.Array.from_buffers(string, count, [None, pa.py_buffer(offsets), pa.py_buffer(body)])
-        try:
-            values.validate(full=True)
-        except pa.ArrowInvalid as e:
-            raise ChangelogError(
-                f"segment {path} of topic {topic} is not UTF-8 text ({e}): the changelog is "
-                "damaged or was written by something else",
-                path=path,
-                topic=topic,
-                offset=first,
-            ) from None
-        if string != pa.string():
-            values = values.cast(pa.string())
+        seg = _segment(topic, first, last, path)
+        if seg is None:
+            continue
+        data, values = seg
+        if decoder is not None:
+            yield decoder(topic, first, last, path, data, values)
+            continue
+        count = len(values)
         yield pa.RecordBatch.from_arrays(
             [
                 _repeat(topic, count),
@@ -352,6 +318,60 @@ def read_segments(parts: Sequence[Part]) -> Iterator[Any]:
             ],
             names=["topic", "value", "seg_first", "seg_last", "path"],
         )
+
+
+def _segment(topic: str, first: int, last: int, path: str) -> tuple[bytes, Any] | None:
+    """A segment's bytes and its records as an Arrow string array (None: a heartbeat segment
+    trimmed on purpose)."""
+    import numpy as np
+    import pyarrow as pa
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        if _trimmed_on_purpose(topic):
+            return None
+        raise ChangelogError(
+            f"segment {path} of topic {topic} was deleted before Spark read it: the changelog "
+            "was trimmed or moved under a running pipeline. Restore it, or start the pipeline "
+            "from a new checkpoint and snapshot",
+            path=path,
+            topic=topic,
+            offset=first,
+        ) from None
+    count = last - first + 1
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    if len(ends) != count or not data.endswith(b"\n"):
+        raise ChangelogError(
+            f"segment {path} of topic {topic} holds {len(ends)} complete lines but its name "
+            f"says {count} ({segment_name(first, last)}): the changelog is damaged. Restore "
+            "the segment from a backup",
+            path=path,
+            topic=topic,
+            offset=first,
+        )
+    # Drop the newlines: record i then spans [ends[i-1] + 1 - i, ends[i] - i).
+    offsets = np.empty(count + 1, dtype=np.int32 if len(data) < 2**31 else np.int64)
+    offsets[0] = 0
+    offsets[1:] = ends - np.arange(count)
+    body = np.delete(buf, ends)
+    string = pa.string() if offsets.dtype == np.int32 else pa.large_string()
+    values = pa.Array.from_buffers(string, count, [None, pa.py_buffer(offsets), pa.py_buffer(body)])
+    try:
+        values.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise ChangelogError(
+            f"segment {path} of topic {topic} is not UTF-8 text ({e}): the changelog is "
+            "damaged or was written by something else",
+            path=path,
+            topic=topic,
+            offset=first,
+        ) from None
+    if string != pa.string():
+        values = values.cast(pa.string())
+    return data, values
 
 
 def _repeat(text: str, count: int) -> Any:
@@ -387,18 +407,27 @@ def _options(options: Any) -> _Options:
     )
 
 
-def register(spark: Any) -> None:
-    """Register :data:`FORMAT` with ``spark`` (idempotent)."""
-    spark.dataSource.register(_source_class())
+def register(spark: Any, fmt: str = FORMAT, schema: str = SCHEMA, decoder: Decoder | None = None) -> None:
+    """Register the source with ``spark`` as ``fmt`` (idempotent): rows of ``schema``, each
+    segment's records as :data:`SCHEMA` or as ``decoder`` makes them."""
+    spark.dataSource.register(_source_class(fmt, schema, decoder))
 
 
 def read_stream(
-    spark: Any, root: Path, sources: Sequence[str], *, max_bytes: int = 0, max_files: int = 0
+    spark: Any,
+    root: Path,
+    sources: Sequence[str],
+    *,
+    max_bytes: int = 0,
+    max_files: int = 0,
+    decoded: tuple[str, str, Decoder] | None = None,
 ) -> Any:
-    """A streaming frame of :data:`SCHEMA` rows: the segments of ``sources`` under ``root``."""
-    register(spark)
+    """A streaming frame of the segments of ``sources`` under ``root``: :data:`SCHEMA` rows, or
+    with ``decoded`` = (format name, schema, decoder) the decoder's rows."""
+    fmt = FORMAT if decoded is None else decoded[0]
+    register(spark, *(decoded or ()))
     reader = (
-        spark.readStream.format(FORMAT)
+        spark.readStream.format(fmt)
         .option("path", str(Path(root).absolute()))
         .option("sources", ",".join(sources))
         .option("parallelism", str(spark.sparkContext.defaultParallelism))
@@ -410,7 +439,7 @@ def read_stream(
     return reader.load()
 
 
-def _source_class() -> type:
+def _source_class(fmt: str = FORMAT, row_schema: str = SCHEMA, decoder: Decoder | None = None) -> type:
     # PySpark is imported only where a Spark session exists.
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import (
@@ -469,7 +498,7 @@ def _source_class() -> type:
             return [InputPartition(b) for b in bins]
 
         def read(self, partition: Any) -> Iterator[Any]:
-            return read_segments(partition.value)
+            return read_segments(partition.value, decoder)
 
         def commit(self, end: dict[str, Any]) -> None:
             pass
@@ -477,10 +506,10 @@ def _source_class() -> type:
     class Source(DataSource):
         @classmethod
         def name(cls) -> str:
-            return FORMAT
+            return fmt
 
         def schema(self) -> str:
-            return SCHEMA
+            return row_schema
 
         def streamReader(self, schema: Any) -> Any:
             return Reader(_options(self.options))

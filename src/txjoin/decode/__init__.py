@@ -31,6 +31,7 @@ from typing import Any, Literal, get_args
 from txjoin.changelog import SEGMENT_FILE_PATTERN, SEGMENT_GLOB, topic_glob
 from txjoin.changelog.stream import read_stream
 from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX, TRANSACTION_SUFFIX
+from txjoin.decode.columns import EVENT_COLUMNS, EVENT_SCHEMA
 from txjoin.errors import ConfigError, MissingDependency
 from txjoin.spec import PipelineSpec, memory
 
@@ -41,31 +42,9 @@ __all__ = [
     "changelog_input",
     "decode",
     "raw_stream",
+    "read_decoded",
     "read_events",
 ]
-
-#: Columns of the decoded rows, in order after ``source``: assembly's input.
-#: Integers use -1 for "absent" so columns stay int64.
-EVENT_COLUMNS: dict[str, str] = {
-    "kind": "object",  # 'change' | 'begin' | 'end' | 'heartbeat' | 'bad' | None
-    "seg_first": "int64",  # transaction topic: first offset of the record's segment, else -1
-    "seg_last": "int64",
-    "xid": "int64",
-    "lsn": "int64",  # change: its LSN; begin/end: the id's LSN (END: commit end LSN)
-    "seq_prev": "int64",  # change: source.sequence[0]; -1 if null
-    "total_order": "int64",  # change: transaction.total_order; -1 if absent
-    "dc_order": "int64",  # change: transaction.data_collection_order (position within its table); -1
-    "op": "object",
-    "snapshot": "object",  # source.snapshot ('false' when streaming)
-    "table": "object",  # "schema.table"
-    "ts_ms": "int64",
-    "event_count": "int64",  # END: total events
-    # END rows come once per data_collections entry (exploded by the reader,
-    # so no list columns cross into Python): its table and count, else null/-1.
-    "dc_table": "object",
-    "dc_count": "int64",
-    "value": "object",  # change: the whole record's JSON text; END: snapshot manifest; bad rows: its start
-}
 
 #: How the embedded changelog is read (:class:`ChangelogInput`).
 ReaderKind = Literal["offsets", "files"]
@@ -320,10 +299,41 @@ def decode(raw: Any) -> Any:
     return out.select(*[c.alias(name) for name, c in cols.items()])
 
 
+#: The offset-reading source with each segment decoded in the reader (:mod:`.arrow`).
+EVENTS_FORMAT = "txjoin_events"
+
+
 def read_events(spark: Any, inp: ChangelogInput, sources: list[str], checkpoint: Path | None = None) -> Any:
     """Decoded change events and markers of ``sources`` as a streaming frame (``checkpoint``:
-    the query's, which decides the changelog's source; see :func:`raw_stream`)."""
+    the query's, which decides the changelog's source; see :func:`raw_stream`).
+
+    txjoin's changelog read by offset is decoded in the reader by Arrow (:mod:`.arrow`, about a
+    seventh of Spark's cost a record); Spark's file source, Debezium's topics and Kafka go through
+    :func:`decode`. Both read the same offsets, so a checkpoint moves between them."""
+    if inp.kind == "files" and inp.reader == "offsets" and not _file_source_checkpoint(checkpoint):
+        assert inp.path is not None
+        root = Path(inp.path).absolute()
+        root.mkdir(parents=True, exist_ok=True)
+        return read_decoded(spark, root, sources, max_bytes=inp.max_batch_bytes)
     return decode(raw_stream(spark, inp, sources, checkpoint))
+
+
+def read_decoded(
+    spark: Any, root: Path, sources: list[str], *, max_bytes: int = 0, max_files: int = 0
+) -> Any:
+    """The segments of ``sources`` under ``root`` by offset, decoded in the reader."""
+    from txjoin.decode.arrow import decode_segment
+
+    if not sources:
+        raise ConfigError("no sources to read")
+    return read_stream(
+        spark,
+        root,
+        sources,
+        max_bytes=max_bytes,
+        max_files=max_files,
+        decoded=(EVENTS_FORMAT, EVENT_SCHEMA, decode_segment),
+    )
 
 
 def _file_source_checkpoint(checkpoint: Path | None) -> bool:
