@@ -112,8 +112,8 @@ def test_a_checkpoint_moves_between_spark_s_decoder_and_the_reader_s(spark: Any,
         seen += sorted(r["xid"] for r in rows)
     assert seen == list(range(60))
     # The pipeline's reader is the one that decodes with Arrow.
-    plan = read_events(spark, inp, ["s"], tmp_path / "fresh")._jdf.queryExecution().analyzed().toString()
-    assert EVENTS_FORMAT in plan
+    frame: Any = read_events(spark, inp, ["s"], tmp_path / "fresh")
+    assert EVENTS_FORMAT in str(frame._jdf.queryExecution().analyzed().toString())
 
 
 def test_a_checkpoint_begun_by_the_file_source_keeps_it(spark: Any, tmp_path: Path) -> None:
