@@ -100,20 +100,23 @@ def test_a_checkpoint_moves_between_spark_s_decoder_and_the_reader_s(spark: Any,
 
     inp = ChangelogInput("files", root)
     seen: list[int] = []
-    for start, frame in [
-        (0, lambda: decode(raw_stream(spark, inp, ["s"], ck))),
-        (20, lambda: read_events(spark, inp, ["s"], ck)),
-        (40, lambda: decode(raw_stream(spark, inp, ["s"], ck))),
-    ]:
+
+    def spark_s() -> Any:
+        return decode(raw_stream(spark, inp, ["s"], ck))
+
+    def the_reader_s() -> Any:
+        return read_events(spark, inp, ["s"], ck)
+
+    for start, reader in [(0, spark_s), (20, the_reader_s), (40, spark_s)]:
         changes(start, 20)
-        rows, _ = _drain(spark, root, ck, frame=frame())
+        rows, _ = _drain(spark, root, ck, frame=reader())
         assert {r["kind"] for r in rows} == {"change"}
         assert [r["xid"] for r in rows] == [json.loads(r["value"])["after"]["i"] for r in rows]
         seen += sorted(r["xid"] for r in rows)
     assert seen == list(range(60))
     # The pipeline's reader is the one that decodes with Arrow.
-    frame: Any = read_events(spark, inp, ["s"], tmp_path / "fresh")
-    assert EVENTS_FORMAT in str(frame._jdf.queryExecution().analyzed().toString())
+    fresh: Any = read_events(spark, inp, ["s"], tmp_path / "fresh")
+    assert EVENTS_FORMAT in str(fresh._jdf.queryExecution().analyzed().toString())
 
 
 def test_a_checkpoint_begun_by_the_file_source_keeps_it(spark: Any, tmp_path: Path) -> None:
