@@ -205,6 +205,29 @@ def _both(
         st.tuples(st.sampled_from(TOPICS), st.lists(record(), min_size=1, max_size=8)), min_size=1, max_size=3
     )
 )
+# Found by this test: an optional regex group that took no part reads "" (not null) in Arrow.
+@example(
+    segments=[
+        (
+            "s.public.orders",
+            [
+                '{"schema":{"type":"struct","fields":[]},"payload":{"before":null,"after":null,'
+                '"source":null,"op":"c","ts_ms":null,"transaction":null}}'
+            ],
+        )
+    ]
+)
+# Found while writing it: pyarrow's binary_join_element_wise(null_handling="skip") returned fewer
+# rows than it was given where both parts were null (a marker has no source).
+@example(
+    segments=[
+        (
+            "s.transaction",
+            ['{"status":"BEGIN","id":"5:80","ts_ms":1,"event_count":null,"data_collections":null}'],
+        ),
+        ("s.public.orders", ['{"op":"c","source":{"schema":null,"table":"t","txId":5,"lsn":81}}']),
+    ]
+)
 @example(
     segments=[
         (
