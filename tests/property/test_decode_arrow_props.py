@@ -287,3 +287,24 @@ def test_a_segment_with_one_bad_record_decodes_the_others(tmp_path: Path) -> Non
     assert [r["xid"] for r in rows] == [7, -1, -1, 7]
     assert rows[0]["value"] == good
     assert rows[1]["value"] == "{oops"
+
+
+def test_a_segment_with_tombstones_is_parsed_whole_not_a_line_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import txjoin.decode.arrow as arrow
+
+    calls: list[int] = []
+    real = arrow._parse
+
+    def counted(data: bytes, count: int) -> Any:
+        calls.append(count)
+        return real(data, count)
+
+    monkeypatch.setattr(arrow, "_parse", counted)
+    good = '{"op":"d","source":{"txId":7,"lsn":40,"schema":"public","table":"t"}}'
+    lines = [good if i % 10 else "null" for i in range(1, 1001)]
+    parts = _segments(tmp_path, [("s.public.t", lines)])
+    rows = pa.Table.from_batches(list(read_segments(parts, decode_segment))).to_pylist()
+    assert [r["kind"] for r in rows] == ["change" if i % 10 else None for i in range(1, 1001)]
+    assert calls == [900]  # the 900 changes together; the whole segment was never tried

@@ -139,6 +139,34 @@ def _to_int64(text: pa.Array, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values, ok
 
 
+def _parse_lines(
+    data: bytes, starts: np.ndarray, ends: np.ndarray, parsed: np.ndarray, tombstone: np.ndarray
+) -> pa.Table:
+    """A segment that is not all compact objects (tombstones, bad records): its object lines
+    parsed together, or, if one of them does not parse, one at a time. Sets ``parsed`` and
+    ``tombstone`` per line; a line that did not parse is a row of nulls."""
+    lines = [data[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    # What Jackson skips around a value (Spark's parser), and Spark's trim (spaces only).
+    stripped = [line.strip(b" \t\r\n") for line in lines]
+    tombstone[:] = [line.strip(b" ") == b"null" for line in lines]
+    objects = [i for i, s in enumerate(stripped) if s[:1] == b"{" and s[-1:] == b"}"]
+    parsed[:] = False
+    together = _parse(b"\n".join(stripped[i] for i in objects) + b"\n", len(objects)) if objects else None
+    if together is not None or not objects:
+        parsed[objects] = True
+        row = np.full(len(lines), len(objects), dtype=np.int64)  # the row of nulls after them
+        row[objects] = np.arange(len(objects))
+        rows = [together] if together is not None else []
+        return pa.concat_tables([*rows, _NULL_ROW]).take(pa.array(row))
+    one_by_one: list[pa.Table] = []
+    shaped = set(objects)
+    for i, s in enumerate(stripped):
+        one = _parse(s + b"\n", 1) if i in shaped else None
+        parsed[i] = one is not None
+        one_by_one.append(one if one is not None else _NULL_ROW)
+    return pa.concat_tables(one_by_one)
+
+
 def _groups(text: pa.Array, pattern: str) -> dict[str, pa.Array]:
     """``pattern``'s named groups in ``text``: null where it does not match (an optional group
     that did not take part is "")."""
@@ -173,17 +201,8 @@ def decode_segment(
     table = _parse(data, n) if n and obj.all() else None
     parsed = np.ones(n, dtype=bool)
     tombstone = np.zeros(n, dtype=bool)
-    if table is None:  # a segment holding a bad record or a tombstone: one record at a time
-        lines = [data[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-        rows: list[pa.Table] = []
-        for i, line in enumerate(lines):
-            # What Jackson skips around a value (Spark's parser), and Spark's trim (spaces only).
-            stripped = line.strip(b" \t\r\n")
-            tombstone[i] = line.strip(b" ") == b"null"
-            one = _parse(stripped + b"\n", 1) if stripped[:1] == b"{" and stripped[-1:] == b"}" else None
-            parsed[i] = one is not None
-            rows.append(one if one is not None else _NULL_ROW)
-        table = pa.concat_tables(rows) if rows else _NULL_ROW.slice(0, 0)
+    if table is None:
+        table = _parse_lines(data, starts, ends, parsed, tombstone)
     leaf = _leaves(table)
     payload = table.column("payload").combine_chunks()
     wrapped = np.asarray(payload.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
@@ -250,9 +269,12 @@ def decode_segment(
         for i in where.tolist():
             texts[i] = values[i].as_py()[:200]
         start = pa.array(texts, pa.string())
-    value = pc.if_else(
-        pa.array(bad), start, pc.if_else(pa.array(change), values, keep(leaf["snapshot_manifest"], end))
-    )
+    # A data topic's segment is all changes: its records are the values as they are (no copy).
+    value = values
+    if not change.all():
+        value = pc.if_else(
+            pa.array(bad), start, pc.if_else(pa.array(change), values, keep(leaf["snapshot_manifest"], end))
+        )
     columns: dict[str, Any] = {
         "kind": pa.array(kind, pa.string()),
         "seg_first": np.full(n, first if tx_topic else -1, dtype=np.int64),
@@ -297,12 +319,16 @@ def _explode(
     dc_count = _longs(fields["event_count"].take(pick))
     take = pa.array(rows)
     source = _source_name(topic)
-    out: dict[str, Any] = {"source": pa.array([source] * len(rows), pa.string())}
-    for name, col in columns.items():
-        out[name] = col[rows] if isinstance(col, np.ndarray) else col.take(take)
+    out: dict[str, Any] = {"source": pa.repeat(pa.scalar(source, pa.string()), len(rows))}
+    # Only a transaction topic's ENDs spread over rows; other segments keep theirs (no copy).
+    same = not spread.any()
+    for name, col in [*columns.items(), ("value", value)]:
+        if same:
+            out[name] = col
+        else:
+            out[name] = col[rows] if isinstance(col, np.ndarray) else col.take(take)
     out["dc_table"] = dc_table
     out["dc_count"] = dc_count
-    out["value"] = value.take(take)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(out[f.name], f.type) if isinstance(out[f.name], np.ndarray) else out[f.name]
