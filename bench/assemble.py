@@ -186,10 +186,14 @@ def _run(
 
 
 def read_events_with_limit(spark: Any, root: Path, files_per_trigger: int) -> Any:
-    """The pipeline's reader (by offset, decoded in the reader) with a limit of files a trigger."""
-    from txjoin.decode import read_decoded
+    """The pipeline's default reader (by offset, Spark's decoder) with a limit of files a trigger;
+    ``TXJOIN_BENCH_ARROW_DECODER=1``: the reader that decodes with Arrow (``arrow_decoder``)."""
+    from txjoin.changelog.stream import read_stream
+    from txjoin.decode import decode, read_decoded
 
-    return read_decoded(spark, root, [SOURCE], max_files=files_per_trigger)
+    if os.environ.get("TXJOIN_BENCH_ARROW_DECODER") == "1":
+        return read_decoded(spark, root, [SOURCE], max_files=files_per_trigger)
+    return decode(read_stream(spark, root, [SOURCE], max_files=files_per_trigger))
 
 
 class WorkerMemory:

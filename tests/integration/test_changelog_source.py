@@ -99,13 +99,14 @@ def test_a_checkpoint_moves_between_spark_s_decoder_and_the_reader_s(spark: Any,
                     w.flush()
 
     inp = ChangelogInput("files", root)
+    arrow = ChangelogInput("files", root, arrow_decoder=True)
     seen: list[int] = []
 
     def spark_s() -> Any:
         return decode(raw_stream(spark, inp, ["s"], ck))
 
     def the_reader_s() -> Any:
-        return read_events(spark, inp, ["s"], ck)
+        return read_events(spark, arrow, ["s"], ck)
 
     for start, reader in [(0, spark_s), (20, the_reader_s), (40, spark_s)]:
         changes(start, 20)
@@ -114,9 +115,11 @@ def test_a_checkpoint_moves_between_spark_s_decoder_and_the_reader_s(spark: Any,
         assert [r["xid"] for r in rows] == [json.loads(r["value"])["after"]["i"] for r in rows]
         seen += sorted(r["xid"] for r in rows)
     assert seen == list(range(60))
-    # The pipeline's reader is the one that decodes with Arrow.
-    fresh: Any = read_events(spark, inp, ["s"], tmp_path / "fresh")
+    # The reader that decodes with Arrow is the one asked for; the pipeline's default is Spark's.
+    fresh: Any = read_events(spark, arrow, ["s"], tmp_path / "fresh")
     assert EVENTS_FORMAT in str(fresh._jdf.queryExecution().analyzed().toString())
+    default: Any = read_events(spark, inp, ["s"], tmp_path / "default")
+    assert EVENTS_FORMAT not in str(default._jdf.queryExecution().analyzed().toString())
 
 
 def test_a_checkpoint_begun_by_the_file_source_keeps_it(spark: Any, tmp_path: Path) -> None:

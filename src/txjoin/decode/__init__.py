@@ -67,6 +67,10 @@ class ChangelogInput:
     #: kind='files': read by offset (``offsets``), or with Spark's file source (``files``),
     #: whose queries start 0.4 s sooner but list every segment at each trigger.
     reader: ReaderKind = "offsets"
+    #: kind='files' read by offset: decode in the reader with Arrow (:mod:`.arrow`) instead of
+    #: Spark's ``from_json``. Off by default: the one 2,000,000-row transaction of bench.size
+    #: peaked over 6 GiB with it (the JVM's share; bench/NOTES.md), which is not understood yet.
+    arrow_decoder: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("files", "kafka", "debezium"):
@@ -307,10 +311,12 @@ def read_events(spark: Any, inp: ChangelogInput, sources: list[str], checkpoint:
     """Decoded change events and markers of ``sources`` as a streaming frame (``checkpoint``:
     the query's, which decides the changelog's source; see :func:`raw_stream`).
 
-    txjoin's changelog read by offset is decoded in the reader by Arrow (:mod:`.arrow`, about a
-    seventh of Spark's cost a record); Spark's file source, Debezium's topics and Kafka go through
-    :func:`decode`. Both read the same offsets, so a checkpoint moves between them."""
-    if inp.kind == "files" and inp.reader == "offsets" and not _file_source_checkpoint(checkpoint):
+    With ``inp.arrow_decoder``, txjoin's changelog read by offset is decoded in the reader by Arrow
+    (:mod:`.arrow`, about a seventh of Spark's cost a record); otherwise, and for Spark's file
+    source, Debezium's topics and Kafka, :func:`decode` does it. Both read the same offsets, so a
+    checkpoint moves between them."""
+    arrow = inp.kind == "files" and inp.reader == "offsets" and inp.arrow_decoder
+    if arrow and not _file_source_checkpoint(checkpoint):
         assert inp.path is not None
         root = Path(inp.path).absolute()
         root.mkdir(parents=True, exist_ok=True)
