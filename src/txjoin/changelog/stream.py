@@ -70,8 +70,9 @@ MIN_PARTITION_BYTES = 1 << 20
 
 #: One segment to read: (topic, first, last, path).
 Part = tuple[str, int, int, str]
-#: Turns a segment (topic, first, last, path, its bytes, its records as strings) into a record batch.
-Decoder = Callable[[str, int, int, str, bytes, Any], Any]
+#: Turns a segment (topic, first, last, path, its bytes, the positions of its newlines, its records
+#: as strings) into a record batch.
+Decoder = Callable[[str, int, int, str, bytes, Any, Any], Any]
 
 
 def _trimmed_on_purpose(topic: str) -> bool:
@@ -303,9 +304,9 @@ def read_segments(parts: Sequence[Part], decoder: Decoder | None = None) -> Iter
         seg = _segment(topic, first, last, path)
         if seg is None:
             continue
-        data, values = seg
+        data, ends, values = seg
         if decoder is not None:
-            yield decoder(topic, first, last, path, data, values)
+            yield decoder(topic, first, last, path, data, ends, values)
             continue
         count = len(values)
         yield pa.RecordBatch.from_arrays(
@@ -320,9 +321,9 @@ def read_segments(parts: Sequence[Part], decoder: Decoder | None = None) -> Iter
         )
 
 
-def _segment(topic: str, first: int, last: int, path: str) -> tuple[bytes, Any] | None:
-    """A segment's bytes and its records as an Arrow string array (None: a heartbeat segment
-    trimmed on purpose)."""
+def _segment(topic: str, first: int, last: int, path: str) -> tuple[bytes, Any, Any] | None:
+    """A segment's bytes, the positions of its newlines (numpy) and its records as an Arrow string
+    array (None: a heartbeat segment trimmed on purpose)."""
     import numpy as np
     import pyarrow as pa
 
@@ -371,7 +372,7 @@ def _segment(topic: str, first: int, last: int, path: str) -> tuple[bytes, Any] 
         ) from None
     if string != pa.string():
         values = values.cast(pa.string())
-    return data, values
+    return data, ends, values
 
 
 def _repeat(text: str, count: int) -> Any:

@@ -184,13 +184,13 @@ def _longs(arr: pa.Array) -> np.ndarray:
 
 
 def decode_segment(
-    topic: str, first: int, last: int, path: str, data: bytes, values: pa.Array
+    topic: str, first: int, last: int, path: str, data: bytes, ends: np.ndarray, values: pa.Array
 ) -> pa.RecordBatch:
     """The decoded rows (:data:`DECODED_SCHEMA`) of one segment: its bytes ``data`` (one record
-    a line, each ending in a newline) and the same records as strings ``values``."""
+    a line, each ending in a newline), the positions of those newlines ``ends`` (the reader found
+    them already) and the same records as strings ``values``."""
     n = len(values)
     buf = np.frombuffer(data, dtype=np.uint8)
-    ends = np.flatnonzero(buf == 10)
     starts = np.concatenate([[0], ends[:-1] + 1]) if n else ends
     # Objects on one line each go to the parser whole; anything else is a tombstone or a bad record.
     obj = (
