@@ -42,7 +42,6 @@ GROUP BY c.id, c.name
 """
 
 
-@pytest.mark.slow
 def test_generation_fits_a_four_table_schema(spark: Any, pg_server: Any, pg_db: str, tmp_path: Path) -> None:
     execute(pg_db, SHOP)
     tables = ["public.customers", "public.products", "public.carts", "public.cart_items"]

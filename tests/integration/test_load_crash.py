@@ -88,7 +88,6 @@ def _crash_then_finish(spec_path: Path, faults: list[str]) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-@pytest.mark.slow
 def test_kill_9_during_the_initial_load_and_a_large_transaction(pg_db: str, tmp_path: Path) -> None:
     execute(
         pg_db,

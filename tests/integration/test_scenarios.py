@@ -132,7 +132,6 @@ def home() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.mark.slow
 def test_check_catches_broken_join_maintenance(
     pg_db: str, home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -56,7 +56,6 @@ class Query:
         self.q.stop()
 
 
-@pytest.mark.slow
 @settings(max_examples=examples(ci=20, thorough=200))
 @given(st.data())
 def test_spark_query_releases_whole_transactions_once_in_commit_order(

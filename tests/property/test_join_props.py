@@ -114,7 +114,6 @@ def _pinned(test: Any) -> Any:
     return test
 
 
-@pytest.mark.slow
 @settings(max_examples=examples(ci=18, thorough=200))
 @given(case=cases())
 @_pinned
