@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.capture import execute
+from tests.support.capture import execute, query
 from txjoin.cli import main
+from txjoin.pg.admin import drop_database
 from txjoin.pg.embedded import EmbeddedPostgres
 from txjoin.scenario.definition import load_scenario
 from txjoin.scenario.plot import plot_report
@@ -31,9 +32,12 @@ ROOT = Path(__file__).parents[2]
 
 def _run(name: str, spark: Any, server: EmbeddedPostgres, home: Path, txs: int) -> Report:
     scenario = load_scenario(name, ROOT / "scenarios")
-    report = run_scenario(
-        scenario, spark_factory=lambda spec: spark, home=home, txs=txs, dsn=server.dsn(), converge_timeout=180
-    )
+    try:
+        report = run_scenario(
+            scenario, spark_factory=lambda spec: spark, home=home, txs=txs, dsn=server.dsn(), converge_timeout=180
+        )
+    finally:
+        _drop_databases(server, f"txjoin_{name}_")
     assert report.ok, "\n".join(report.violations)
     assert report.violations == []
     assert report.transactions >= txs
@@ -43,6 +47,16 @@ def _run(name: str, spark: Any, server: EmbeddedPostgres, home: Path, txs: int) 
     assert report.naive_versions > 0
     assert report.latency_p50_s is not None
     return report
+
+
+def _drop_databases(server: EmbeddedPostgres, prefix: str) -> None:
+    """Drop a scenario's databases and their replication slots from the worker's shared server. A
+    run leaves them, and its slot (``txjoin_<source>``) would make a later test that captures a
+    source of the same name into another database fail: test_assemble_e2e's ``bank`` did, when
+    it ran after the ledger scenario."""
+    pattern = prefix.replace("_", "\\_") + "%"
+    for row in query(server.dsn(), f"SELECT datname FROM pg_database WHERE datname LIKE '{pattern}'"):
+        drop_database(server.dsn(), row["datname"])
 
 
 #: Lines Spark, Java, log4j or py4j would print; none may reach the user.
