@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from tests.support.capture import execute, query
+from tests.support.pg import drop_database
 from txjoin.cli import main
-from txjoin.pg.admin import drop_database
 from txjoin.pg.embedded import EmbeddedPostgres
 from txjoin.scenario.definition import load_scenario
 from txjoin.scenario.plot import plot_report
@@ -56,7 +56,7 @@ def _drop_databases(server: EmbeddedPostgres, prefix: str) -> None:
     it ran after the ledger scenario."""
     pattern = prefix.replace("_", "\\_") + "%"
     for row in query(server.dsn(), f"SELECT datname FROM pg_database WHERE datname LIKE '{pattern}'"):
-        drop_database(server.dsn(), row["datname"])
+        drop_database(server, row["datname"])
 
 
 #: Lines Spark, Java, log4j or py4j would print; none may reach the user.

@@ -68,8 +68,8 @@ class ChangelogInput:
     #: whose queries start 0.4 s sooner but list every segment at each trigger.
     reader: ReaderKind = "offsets"
     #: kind='files' read by offset: decode in the reader with Arrow (:mod:`.arrow`) instead of
-    #: Spark's ``from_json``. Off by default: the one 2,000,000-row transaction of bench.size
-    #: peaked over 6 GiB with it (the JVM's share; bench/NOTES.md), which is not understood yet.
+    #: Spark's ``from_json``. Off by default: bench.size's 2,000,000-row transaction peaked at
+    #: 5.59-6.91 GiB with it against 4.57-4.90 without, around the 6 GiB target (bench/NOTES.md).
     arrow_decoder: bool = False
 
     def __post_init__(self) -> None:
