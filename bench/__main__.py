@@ -195,6 +195,13 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
             f"median {fc['median']['visible']:.2f} s, p90 {fc['p90_visible']:.2f} s",
             "", "", "", "",
         ))  # fmt: skip
+        if "floor" in fc:
+            rows.append((
+                "fixed cost in Spark: trigger start to Delta commit, one one-row transaction",
+                f"median {fc['median']['in_spark']:.3f} s",
+                f"Spark's floor, same shape without txjoin's code: {fc['floor']['in_spark']:.3f} s",
+                f"{fc['median']['in_spark'] / fc['floor']['in_spark']:.2f}x", "", "",
+            ))  # fmt: skip
     demo = f.get("consistency", {}).get("pizzeria", {})
     if demo.get("p50_s") is not None:
         rows.append((
@@ -327,6 +334,15 @@ def details(f: dict[str, Any]) -> list[str]:
             + " (capture: commit to its changelog segment; trigger: that segment to the trigger's start; "
             "other: the rest of the batch up to the Delta commit; offsets: after it)."
         )
+        if "floor" in f["fixed_cost"]:
+            fl = f["fixed_cost"]["floor"]
+            parts = ("planning", "collect", "recompute", "other", "offsets")
+            split = ", ".join(f"{k} {fl[k]:.3f}" for k in parts)
+            out.append(
+                "- Spark's floor for the same micro-batch without txjoin's code (rate source, one row, an "
+                "identity applyInPandasWithState, collect, a join of two one-row Arrow views), median "
+                f"seconds: trigger start to the join's end {fl['in_spark']:.3f} ({split})."
+            )
     if "assemble" in f and "million" in f["assemble"]:
         m = f["assemble"]["million"]
         out.append(

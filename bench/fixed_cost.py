@@ -16,6 +16,15 @@ transaction. Per transaction:
   *other* (the rest of the batch up to the Delta commit: py4j, callbacks) and
   *offsets* (commitOffsets, after the Delta commit).
 
+The baseline, in the same Spark session right after: *Spark's floor*, the
+same shape of micro-batch with none of txjoin's code. Spark's rate source
+gives one row a second in one partition, an identity
+``applyInPandasWithState`` (one group, one state partition, the session's
+RocksDB store) passes it on, and ``foreachBatch`` collects it and runs one
+join of two one-row Arrow views to Arrow, as a recompute does. Its trigger
+start to the join's end is what Spark alone spends where txjoin's batch
+spends trigger start to Delta commit.
+
     .venv/bin/python -m bench.fixed_cost --txs 20
 """
 
@@ -146,6 +155,10 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
                 time.sleep(gap)
             time.sleep(1)  # Spark posts a batch's progress once it has ended
             progress = _progress(pipeline.query)
+            pipeline.stop()  # the floor runs in the same session, alone
+            floor = spark_floor(
+                spark, home, txs, changelog_input(spec).trigger(spec.options.trigger_interval)
+            )
             for (batch_id, visible, committed_at, delta_at), seg_at in zip(carried, written, strict=True):
                 b = batches[batch_id]
                 spark_p = progress.get(batch_id, {})
@@ -167,12 +180,80 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
             captures.stop()
             conn.close()
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    # Trigger start to the Delta commit: what the floor's trigger start to its join's end compares with.
+    med["in_spark"] = statistics.median(r["visible"] - r["capture"] - r["trigger"] for r in rows)
     return {
         "txs": txs,
         "median": med,
+        "floor": floor,
         "p90_visible": sorted(r["visible"] for r in rows)[int(len(rows) * 0.9)],
         "trigger": changelog_input(spec).trigger(spec.options.trigger_interval),
     }
+
+
+def spark_floor(spark: Any, home: Path, batches: int, trigger: str, warmup: int = 5) -> dict[str, float]:
+    """Medians over ``batches`` micro-batches of Spark's floor (module docstring), after ``warmup``."""
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from txjoin.assemble.spark import state_partitions
+
+    def identity(key: Any, frames: Any, state: Any) -> Any:
+        n = sum(len(f) for f in frames)
+        state.update((n,))
+        yield pd.DataFrame({"k": [str(key[0])], "n": [n]})
+
+    left = pa.table({"id": [1], "client_id": [1], "amount": [1.5]})
+    right = pa.table({"id": [1], "name": ["client 1"]})
+    done: dict[int, dict[str, float]] = {}
+
+    def each(df: Any, batch_id: int) -> None:
+        t0 = time.monotonic()
+        df.toPandas()
+        t1 = time.monotonic()
+        spark.createDataFrame(left).createOrReplaceTempView("floor_orders")
+        spark.createDataFrame(right).createOrReplaceTempView("floor_clients")
+        spark.sql(
+            "SELECT o.id, c.name, o.amount FROM floor_orders o JOIN floor_clients c ON c.id = o.client_id"
+        ).toArrow()
+        done[batch_id] = {"collect": t1 - t0, "recompute": time.monotonic() - t1, "ended": time.time()}
+
+    rows = spark.readStream.format("rate").option("rowsPerSecond", 1).option("numPartitions", 1).load()
+    stream = (
+        rows.withColumn("k", F.lit("s"))
+        .groupBy("k")
+        .applyInPandasWithState(identity, "k string, n long", "n long", "append", GroupStateTimeout.NoTimeout)
+    )
+    writer = stream.writeStream.foreachBatch(each).option(
+        "checkpointLocation", str(home / "floor-checkpoint")
+    )
+    with state_partitions(spark, 1):
+        query = writer.trigger(processingTime=trigger).start()
+    try:
+        deadline = time.monotonic() + 60 + 5 * (batches + warmup)
+        while len(done) < batches + warmup + 1:
+            if query.exception() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Spark's floor query stopped after {len(done)} batches: {query.exception()}"
+                )
+            time.sleep(0.1)
+        time.sleep(1)  # the last batch's progress
+        progress = _progress(query)
+    finally:
+        query.stop()
+    out: list[dict[str, float]] = []
+    for batch_id in sorted(done)[warmup : warmup + batches]:
+        p, d = progress[batch_id], done[batch_id]
+        planning = sum(p[k] for k in SPARK_STAGES)
+        to_end = d["ended"] - p["started"]
+        out.append({
+            "planning": planning, "collect": d["collect"], "recompute": d["recompute"],
+            "other": to_end - planning - d["collect"] - d["recompute"], "offsets": p["commitOffsets"],
+            "in_spark": to_end,
+        })  # fmt: skip
+    return {k: statistics.median(r[k] for r in out) for k in out[0]}
 
 
 def main() -> None:
@@ -195,6 +276,13 @@ def main() -> None:
     for stage in STAGES:
         print(f"  | {stage} | {m[stage]:.3f} |")
     print("  planning: " + ", ".join(f"{k} {m[k]:.3f}" for k in SPARK_STAGES))
+    fl = f["floor"]
+    print(
+        f"  trigger start to Delta commit: median {m['in_spark']:.3f} s; Spark's floor (same shape, "
+        f"no txjoin code), trigger start to its join's end: {fl['in_spark']:.3f} s "
+        f"({m['in_spark'] / fl['in_spark']:.2f}x); floor: "
+        + ", ".join(f"{k} {fl[k]:.3f}" for k in ("planning", "collect", "recompute", "other", "offsets"))
+    )
     write_figures(args.json, f)
 
 
