@@ -196,8 +196,14 @@ def _where_sql(case: str) -> tuple[str, list[str]]:
     return f"SELECT id FROM c WHERE {case.removeprefix('@where ')}", ["id"]
 
 
-def _pg(dsn: str, sql: str) -> list[dict[str, Any]] | Exception:
+def _pg_session(dsn: str) -> Any:
+    """One connection for an example's queries: in autocommit, an error ends only its statement."""
     conn = exact_text(psycopg2.connect(dsn, options="-c TimeZone=UTC"))
+    conn.autocommit = True
+    return conn
+
+
+def _pg(conn: Any, sql: str) -> list[dict[str, Any]] | Exception:
     try:
         with conn.cursor() as cur:
             cur.execute(sql)
@@ -205,8 +211,6 @@ def _pg(dsn: str, sql: str) -> list[dict[str, Any]] | Exception:
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     except psycopg2.Error as e:
         return e
-    finally:
-        conn.close()
 
 
 def _txjoin(
@@ -250,10 +254,10 @@ def _rows(rows: list[dict[str, Any]], key: str) -> dict[Any, dict[str, Any]]:
     return {r[key]: {k: _norm(v) for k, v in r.items()} for r in rows}
 
 
-def _check(dsn: str, spark: Any, table: Table, data: pa.Table, cases: list[str], agg: bool) -> list[str]:
-    """Differences between PostgreSQL and txjoin over ``cases``, one line each."""
+def _check(pg: Any, spark: Any, table: Table, data: pa.Table, cases: list[str], agg: bool) -> list[str]:
+    """Differences between PostgreSQL (connection ``pg``) and txjoin over ``cases``, one line each."""
     problems: list[str] = []
-    expected = {i: _pg(dsn, _sql([c], agg)[0]) for i, c in enumerate(cases)}
+    expected = {i: _pg(pg, _sql([c], agg)[0]) for i, c in enumerate(cases)}
     good = [i for i, e in expected.items() if not isinstance(e, Exception)]
     key = "g" if agg else "id"
     got = _txjoin(spark, table, data, *_sql([cases[i] for i in good], agg)) if good else []
@@ -316,14 +320,18 @@ def test_allowlist_matches_postgresql(conformance_db: str, spark: Any, rows: lis
         conn.close()
     data = _capture_rows(conformance_db, table)
     scalar, agg, where = _by_kind()
-    problems = _check(conformance_db, spark, table, data, scalar, agg=False)
-    problems += _check(conformance_db, spark, table, data, agg, agg=True)
-    for case in where:
-        sql, key = _where_sql(case)
-        pg = _pg(conformance_db, sql)
-        mine = _txjoin(spark, table, data, sql, key)
-        if isinstance(pg, Exception) or isinstance(mine, Exception):
-            problems.append(f"{case}: PostgreSQL {pg}, txjoin {mine}")
-        elif sorted(r["id"] for r in mine) != sorted(r["id"] for r in pg):
-            problems.append(f"{case}: txjoin {mine}, PostgreSQL {pg}")
+    session = _pg_session(conformance_db)
+    try:
+        problems = _check(session, spark, table, data, scalar, agg=False)
+        problems += _check(session, spark, table, data, agg, agg=True)
+        for case in where:
+            sql, key = _where_sql(case)
+            pg = _pg(session, sql)
+            mine = _txjoin(spark, table, data, sql, key)
+            if isinstance(pg, Exception) or isinstance(mine, Exception):
+                problems.append(f"{case}: PostgreSQL {pg}, txjoin {mine}")
+            elif sorted(r["id"] for r in mine) != sorted(r["id"] for r in pg):
+                problems.append(f"{case}: txjoin {mine}, PostgreSQL {pg}")
+    finally:
+        session.close()
     assert not problems, "\n".join(problems)
