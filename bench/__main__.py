@@ -336,8 +336,7 @@ def details(f: dict[str, Any]) -> list[str]:
         )
         if "floor" in f["fixed_cost"]:
             fl = f["fixed_cost"]["floor"]
-            parts = ("planning", "collect", "recompute", "other", "offsets")
-            split = ", ".join(f"{k} {fl[k]:.3f}" for k in parts)
+            split = ", ".join(f"{k} {fl[k]:.3f}" for k in fixed_cost.FLOOR_STAGES)
             out.append(
                 "- Spark's floor for the same micro-batch without txjoin's code (rate source, one row, an "
                 "identity applyInPandasWithState, collect, a join of two one-row Arrow views), median "

@@ -68,8 +68,9 @@ class ChangelogInput:
     #: whose queries start 0.4 s sooner but list every segment at each trigger.
     reader: ReaderKind = "offsets"
     #: kind='files' read by offset: decode in the reader with Arrow (:mod:`.arrow`) instead of
-    #: Spark's ``from_json``. Off by default: bench.size's 2,000,000-row transaction peaked at
-    #: 5.59-6.91 GiB with it against 4.57-4.90 without, around the 6 GiB target (bench/NOTES.md).
+    #: Spark's ``from_json``. Off by default since bench.size's 2,000,000-row transaction peaked at
+    #: 5.59-6.91 GiB with it; without it, runs have since peaked at 4.57-6.75 GiB, so the JVM's heap
+    #: growth decides the peak, not the decoder (bench/NOTES.md). Not yet measured on in a full run.
     arrow_decoder: bool = False
 
     def __post_init__(self) -> None:
