@@ -57,7 +57,7 @@ def test_every_allowlist_entry_has_a_case() -> None:
 # -- values ------------------------------------------------------------------------
 
 _TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6) | st.sampled_from(
-    ["", "a", "A", "B", "b", "é", "É", "ß", "İ", "a_b", " a", "a ", "Zebra", "ant"]
+    ["", "a", "A", "B", "b", "é", "É", "ß", "İ", "a_b", " a", "a ", "Zebra", "ant", "a\x01\tb", '\x0b"\\\x1f']
 )
 _SMALL = st.integers(-3, 3)
 
