@@ -28,7 +28,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Spark's driver starts 7-8 s sooner from a class archive of the classes it loads (written
+# once into ~/.cache/txjoin, about a minute; txjoin/session.py).
 setup: system venv
+	@$(BIN)/python -m txjoin.session
 
 lint: setup
 	$(BIN)/ruff check src tests bench scenarios

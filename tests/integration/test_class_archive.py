@@ -1,0 +1,103 @@
+"""The driver JVM's class data sharing archive (txjoin.session): one writer at a time, only a
+whole archive put in place, and the next session started with it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.profiles import THOROUGH
+from txjoin.session import _archive_loads, _archive_lock, _class_archive, _java_ok
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_one_live_writer_holds_the_lock_and_a_dead_one_s_leftovers_are_removed(tmp_path: Path) -> None:
+    archive = tmp_path / "spark-classes.jsa"
+    lock = tmp_path / "spark-classes.jsa.lock"
+    lock.write_text(str(os.getppid()))  # a live process writes it
+    assert _archive_lock(archive) is None
+    assert lock.read_text() == str(os.getppid())
+
+    lock.write_text(str(_dead_pid()))  # its writer was killed mid-way
+    leftover = tmp_path / "spark-classes.jsa.12345.tmp"
+    leftover.write_bytes(b"half an archive")
+    assert _archive_lock(archive) == lock
+    assert lock.read_text() == str(os.getpid())
+    assert not leftover.exists()
+    assert _archive_lock(archive) is None  # now this process holds it
+
+    lock.unlink()
+    archive.write_bytes(b"")
+    assert _archive_lock(archive) is None  # nothing to write
+
+
+def test_an_archive_that_would_crash_the_jvm_is_not_put_in_place(tmp_path: Path) -> None:
+    java = _java_ok()
+    good = tmp_path / "good.jsa"
+    subprocess.run([java, f"-XX:ArchiveClassesAtExit={good}", "-version"], check=True, capture_output=True)
+    assert _archive_loads(java, good)
+    cut = tmp_path / "cut.jsa"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # a writer that died mid-way
+    assert not _archive_loads(java, cut)  # Java 17 crashes on it rather than starting without it
+
+
+def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TXJOIN_SPARK_CDS", "0")
+    assert _class_archive(_java_ok()) is None
+
+
+_SESSION = """
+import sys
+from pathlib import Path
+from txjoin.session import spark_session
+spark = spark_session("txjoin-archive-test", cores=1)
+assert spark.range(5).selectExpr("sum(id)").first()[0] == 10
+print(Path(f"/proc/{spark.sparkContext._gateway.proc.pid}/cmdline").read_bytes().replace(b"\\0", b" ").decode())
+"""
+
+
+@pytest.mark.spark
+def test_the_suite_s_sessions_start_with_the_archive_make_setup_wrote(spark: Any) -> None:
+    archive = _class_archive(_java_ok())
+    assert archive is not None
+    assert archive.is_file(), (
+        f"no class archive at {archive}: make setup writes it (python -m txjoin.session)"
+    )
+    pid = spark.sparkContext._gateway.proc.pid
+    assert (
+        f"-XX:SharedArchiveFile={archive} "
+        in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    )
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not THOROUGH, reason="about 45 s: make test-thorough runs it")
+def test_the_first_session_writes_the_archive_as_it_exits_and_the_next_starts_with_it(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
+    env.pop("TXJOIN_SPARK_CDS", None)
+
+    def session() -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", _SESSION], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    first = session()
+    archives = sorted((tmp_path / "cache" / "txjoin").glob("spark-classes-*"))
+    assert [a.suffix for a in archives] == [".jsa"], archives  # no lock or temporary file left
+    assert f"-XX:ArchiveClassesAtExit={archives[0]}." in first
+    assert archives[0].stat().st_size > 10 << 20  # Spark's classes, not only the JDK's
+    second = session()
+    assert f"-XX:SharedArchiveFile={archives[0]} " in second
+    assert "ArchiveClassesAtExit" not in second
