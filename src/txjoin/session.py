@@ -287,7 +287,8 @@ def _archive_tmp(archive: Path) -> Path:
 def _archive_loads(java: str, archive: Path) -> bool:
     """Whether a JVM starts with ``archive``: Java 17 crashes on a damaged one rather than
     starting without it, so only an archive that passed this is put in place."""
-    check = [java, f"-XX:SharedArchiveFile={archive}", "-version"]
+    quiet = ["-XX:ErrorFile=/dev/null", "-XX:-CreateCoredumpOnCrash"]  # its crash leaves no files
+    check = [java, *quiet, f"-XX:SharedArchiveFile={archive}", "-version"]
     return subprocess.run(check, capture_output=True, timeout=60).returncode == 0
 
 

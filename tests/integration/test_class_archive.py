@@ -41,7 +41,10 @@ def test_one_live_writer_holds_the_lock_and_a_dead_one_s_leftovers_are_removed(t
     assert _archive_lock(archive) is None  # nothing to write
 
 
-def test_an_archive_that_would_crash_the_jvm_is_not_put_in_place(tmp_path: Path) -> None:
+def test_an_archive_that_would_crash_the_jvm_is_not_put_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where a crashing JVM would leave hs_err_pid*.log
     java = _java_ok()
     good = tmp_path / "good.jsa"
     subprocess.run([java, f"-XX:ArchiveClassesAtExit={good}", "-version"], check=True, capture_output=True)
@@ -49,6 +52,7 @@ def test_an_archive_that_would_crash_the_jvm_is_not_put_in_place(tmp_path: Path)
     cut = tmp_path / "cut.jsa"
     cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # a writer that died mid-way
     assert not _archive_loads(java, cut)  # Java 17 crashes on it rather than starting without it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.jsa", "good.jsa"]
 
 
 def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
