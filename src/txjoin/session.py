@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from txjoin.errors import MissingDependency, SparkDied
+from txjoin.pg._watchdog import pid_alive
 
 __all__ = ["jvm_died", "jvm_exit_code", "package_zip", "spark_session", "write_class_archive"]
 
@@ -250,7 +251,7 @@ def _archive_lock(archive: Path) -> Path | None:
                 pid, age = int(lock.read_text() or 0), time.time() - lock.stat().st_mtime
             except (OSError, ValueError):
                 pid, age = 0, 0.0
-            if (pid and _alive(pid)) or (not pid and age < 60):  # being written, or just locked
+            if (pid and pid_alive(pid)) or (not pid and age < 60):  # being written, or just locked
                 return None
             for stale in lock.parent.glob(archive.name + ".*.tmp"):  # its writer died mid-way
                 stale.unlink(missing_ok=True)
@@ -262,16 +263,6 @@ def _archive_lock(archive: Path) -> Path | None:
             f.write(str(os.getpid()))
         return lock
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _archive_option(archive: Path, lock: Path | None) -> str:

@@ -12,7 +12,8 @@ import sys
 import time
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -24,7 +25,7 @@ def _alive(pid: int) -> bool:
 
 def main(argv: list[str]) -> int:
     parent, data_dir = int(argv[1]), argv[2]
-    while _alive(parent):
+    while pid_alive(parent):
         time.sleep(0.5)
     from txjoin.pg.embedded import EmbeddedPostgres
 
