@@ -11,6 +11,12 @@ PYTEST_ARGS ?=
 # restarts): two workers, each with its own server and Spark session, take it
 # from about 19 to 13 minutes on 2 cores. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
+# make test's Spark JVMs compile with C1 only: its JVMs live seconds to minutes over small
+# data, and C2's compiler threads took the cores the tests wait on (test_load_crash and
+# test_kill_run side by side: 307 and 275 s -> 175 and 148 s). Pipelines keep the default
+# (C2 made a full recompute of 1M rows 2.3x faster, bench/NOTES.md); make test-thorough too.
+# TEST_JAVA_OPTIONS= runs the suite with the JVM's defaults.
+TEST_JAVA_OPTIONS ?= -XX:TieredStopAtLevel=1
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 .PHONY: all setup system venv lint typecheck test test-unit test-thorough demo bench clean
@@ -40,7 +46,8 @@ typecheck: setup
 	$(BIN)/mypy
 
 test: lint typecheck
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} TXJOIN_SPARK_JAVA_OPTIONS="$(TEST_JAVA_OPTIONS)" \
+		$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 test-unit: setup
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from txjoin.errors import MissingDependency, SparkDied
+from txjoin.errors import ConfigError, MissingDependency, SparkDied
 from txjoin.pg._watchdog import pid_alive
 
 __all__ = ["jvm_died", "jvm_exit_code", "package_zip", "spark_session", "write_class_archive"]
@@ -45,6 +46,23 @@ def _java_ok() -> str:
             package="openjdk-17-jre-headless",
         )
     return os.path.realpath(java)
+
+
+def _extra_java_options(java: str) -> str:
+    """``TXJOIN_SPARK_JAVA_OPTIONS``: more options for the driver's and executors' JVMs (GC or
+    JIT tuning; ``make test`` uses C1 only, see the Makefile). Tried with ``java -version``
+    first, so a bad one is named here rather than as a gateway that did not start."""
+    extra = os.environ.get("TXJOIN_SPARK_JAVA_OPTIONS", "").strip()
+    if not extra:
+        return ""
+    r = subprocess.run([java, *shlex.split(extra), "-version"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        said = (r.stderr or r.stdout).strip().splitlines()
+        raise ConfigError(
+            f"TXJOIN_SPARK_JAVA_OPTIONS={extra!r}: {java} does not start with these options "
+            f"({said[0] if said else f'exit code {r.returncode}'}): correct or unset the variable"
+        )
+    return " " + extra
 
 
 def package_zip(target_dir: Path) -> Path:
@@ -87,6 +105,7 @@ def spark_session(
     # An OutOfMemoryError in any thread ends the JVM (exit code 3) rather than leaving a query
     # stuck without its result thread; txjoin then reports it (txjoin.pipeline).
     java_opts += " -XX:+ExitOnOutOfMemoryError"
+    java_opts += _extra_java_options(java)
     from pyspark import SparkContext
 
     archive = None if SparkContext._gateway is not None else _class_archive(java)

@@ -1,5 +1,6 @@
 """The driver JVM's class data sharing archive (txjoin.session): one writer at a time, only a
-whole archive put in place, and the next session started with it."""
+whole archive put in place, and the next session started with it; and the JVM options
+txjoin adds from TXJOIN_SPARK_JAVA_OPTIONS."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.support.profiles import THOROUGH
-from txjoin.session import _archive_loads, _archive_lock, _class_archive, _java_ok
+from txjoin.errors import ConfigError
+from txjoin.session import _archive_loads, _archive_lock, _class_archive, _extra_java_options, _java_ok
 
 
 def _dead_pid() -> int:
@@ -78,10 +80,22 @@ def test_the_suite_s_sessions_start_with_the_archive_make_setup_wrote(spark: Any
         f"no class archive at {archive}: make setup writes it (python -m txjoin.session)"
     )
     pid = spark.sparkContext._gateway.proc.pid
-    assert (
-        f"-XX:SharedArchiveFile={archive} "
-        in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    )
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert f"-XX:SharedArchiveFile={archive} " in cmdline
+    # make test sets C1 only (Makefile); whatever the variable holds reaches the JVM.
+    extra = os.environ.get("TXJOIN_SPARK_JAVA_OPTIONS", "").strip()
+    jvm_args = cmdline.split(" org.apache.spark.deploy.SparkSubmit ")[0]
+    assert f" {extra} " in jvm_args if extra else "TieredStopAtLevel" not in jvm_args, cmdline
+
+
+def test_java_options_the_jvm_refuses_are_named_before_spark_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TXJOIN_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+NoSuchOption")
+    with pytest.raises(ConfigError, match=r"TXJOIN_SPARK_JAVA_OPTIONS=.*NoSuchOption.*correct or unset"):
+        _extra_java_options(_java_ok())
+    monkeypatch.setenv("TXJOIN_SPARK_JAVA_OPTIONS", " -XX:TieredStopAtLevel=1 ")
+    assert _extra_java_options(_java_ok()) == " -XX:TieredStopAtLevel=1"
+    monkeypatch.setenv("TXJOIN_SPARK_JAVA_OPTIONS", "")
+    assert _extra_java_options(_java_ok()) == ""
 
 
 @pytest.mark.spark
