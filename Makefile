@@ -8,8 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.txjoin-installed
 PYTEST_ARGS ?=
 # The suite mostly waits (on PostgreSQL, Spark's JVMs, triggers and crash
-# restarts): two workers, each with its own server and Spark session, take it
-# from about 19 to 13 minutes on 2 cores. TEST_WORKERS=0 runs it in one process.
+# restarts): two workers, each with its own server and Spark session (three were
+# slower: 22:08 against 20:07). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 # make test's Spark JVMs compile with C1 only: its JVMs live seconds to minutes over small
 # data, and C2's compiler threads took the cores the tests wait on (test_load_crash and
