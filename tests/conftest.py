@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from types import FrameType
+
+import pytest
 
 import tests.support.profiles  # noqa: F401  (registers hypothesis profiles)
 
@@ -16,3 +19,28 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 signal.signal(signal.SIGTERM, _sigterm)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow(seconds)`` first, longest first, dealt out to the start of each
+    worker's share. xdist's worksteal gives each of N workers a contiguous share of the list
+    (the first len // N items, then len // (N - 1) of the rest, ...) and later steals from
+    the ends of queues; in collection order a long test could start last and hold one core
+    while the other idled."""
+    slow = [i for i in items if i.get_closest_marker("slow") is not None]
+    if not slow:
+        return
+    slow.sort(key=lambda i: -float(i.get_closest_marker("slow").args[0]))  # type: ignore[union-attr]
+    marked = {id(i) for i in slow}
+    rest = iter([i for i in items if id(i) not in marked])
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for w in range(workers):
+        share = left // (workers - w)
+        first = slow[w::workers][:share]
+        ordered += first + [next(rest) for _ in range(share - len(first))]
+        left -= share
+    ordered += list(rest)
+    assert sorted(map(id, ordered)) == sorted(map(id, items)), "reordering lost or doubled a test"
+    items[:] = ordered

@@ -42,6 +42,7 @@ GROUP BY c.id, c.name
 """
 
 
+@pytest.mark.slow(65)
 def test_generation_fits_a_four_table_schema(spark: Any, pg_server: Any, pg_db: str, tmp_path: Path) -> None:
     execute(pg_db, SHOP)
     tables = ["public.customers", "public.products", "public.carts", "public.cart_items"]
@@ -89,6 +90,7 @@ GROUP BY s.code, s.name, s.opens, s.tags
 BY_TIME_SQL = 'SELECT s.opens, count(*) AS n, min(s.name COLLATE "C") AS first FROM shops s GROUP BY s.opens'
 
 
+@pytest.mark.slow(55)
 def test_check_keeps_the_sources_types_partitions_and_collation(
     spark: Any, pg_server: Any, tmp_path: Path
 ) -> None:

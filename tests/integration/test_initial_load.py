@@ -34,8 +34,7 @@ SQL = (
 COLUMNS = ("order_id", "amount", "note", "created", "client", "region")
 
 
-
-
+@pytest.mark.slow(50)
 def test_large_initial_load_then_streaming_stays_equal(spark: Any, pg_db: str, tmp_path: Path) -> None:
     execute(
         pg_db,

@@ -138,6 +138,7 @@ def _start(spec_path: Path, log: Path) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.slow(170)
 def test_kill_9_at_random_points_with_schema_changes_and_a_resync(pg_db: str, tmp_path: Path) -> None:
     execute(pg_db, SCHEMA)
     spec_path = _spec_file(tmp_path, pg_db)

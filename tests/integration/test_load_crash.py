@@ -85,6 +85,7 @@ def _crash(spec_path: Path, faults: list[str]) -> None:
         assert r.returncode == -9, f"{fault}: expected a SIGKILL, got {r.returncode}:\n{r.stderr[-3000:]}"
 
 
+@pytest.mark.slow(190)
 def test_kill_9_during_the_initial_load_and_a_large_transaction(pg_db: str, tmp_path: Path) -> None:
     execute(
         pg_db,

@@ -112,6 +112,7 @@ def _restart(spec: Any, spark: Any) -> None:
         pipeline.close()
 
 
+@pytest.mark.slow(75)
 def test_crash_between_replica_update_and_output_commits(spark: Any, pg_db: str, tmp_path: Path) -> None:
     execute(pg_db, SCHEMA)
     spec_path = _spec_file(tmp_path, pg_db)

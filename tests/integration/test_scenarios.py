@@ -146,6 +146,7 @@ def home() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.slow(140)
 def test_check_catches_broken_join_maintenance(
     pg_db: str, home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,6 +14,7 @@ import warnings
 
 import pandas as pd
 import pyarrow as pa
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -60,6 +61,7 @@ def _run(
     return sink
 
 
+@pytest.mark.slow(75)
 @settings(max_examples=examples(ci=300, thorough=5000))
 @given(st.data())
 def test_released_sequence_is_the_committed_transactions_whole_once_in_order(

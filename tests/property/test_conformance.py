@@ -305,6 +305,7 @@ def _only(**values: Any) -> dict[str, Any]:
     return {**dict.fromkeys(_FIELDS), **values}
 
 
+@pytest.mark.slow(150)
 @settings(max_examples=examples(ci=12, thorough=200))
 @given(rows=st.lists(ROW, max_size=6))
 # Spark's runtime errors must be txjoin's errors where PostgreSQL raises one (found in CI): an

@@ -114,6 +114,7 @@ def _pinned(test: Any) -> Any:
     return test
 
 
+@pytest.mark.slow(130)
 @settings(max_examples=examples(ci=18, thorough=200))
 @given(case=cases())
 @_pinned

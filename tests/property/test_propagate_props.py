@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 import sqlglot
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
@@ -166,6 +167,7 @@ def batches(draw: st.DrawFn) -> tuple[Schema, list[tuple[int, Row]], list[list[O
     return schema, initial, bs
 
 
+@pytest.mark.slow(70)
 @settings(max_examples=examples(ci=150, thorough=3000))
 @given(case=batches())
 def test_affected_partitions_cover_every_change_and_closures_suffice(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import example, given, note, settings
 from hypothesis import strategies as st
 
@@ -110,6 +111,7 @@ def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list
     return program, cuts, replays, reopen
 
 
+@pytest.mark.slow(55)
 @settings(max_examples=examples(ci=150, thorough=2000), deadline=None)
 @given(case=cases(), bulk=st.booleans(), spec=st.sampled_from([SPEC, UNINDEXED]))
 @example(  # an update moving a row to another group, then a replay of the insert

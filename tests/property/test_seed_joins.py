@@ -94,12 +94,14 @@ def _run(
         drop_database(server, db)
 
 
+@pytest.mark.slow(105)
 def test_seed_003_order_join(pg_server: EmbeddedPostgres, spark: Any, tmp_path: Path) -> None:
     ddl = (FIXTURES / "load_dims.sql").read_text() + "\nALTER TABLE orders ADD PRIMARY KEY (id);"
     tables = ["public.tables", "public.pizzas", "public.clients", "public.table_assignment", "public.orders"]
     _run(pg_server, spark, tmp_path, "pizzeria", ddl, tables, PIZZERIA_SQL, ["order_id"])
 
 
+@pytest.mark.slow(90)
 def test_seed_000_users_favorite_color_left_join(
     pg_server: EmbeddedPostgres, spark: Any, tmp_path: Path
 ) -> None:
