@@ -32,15 +32,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     slow.sort(key=lambda i: -float(i.get_closest_marker("slow").args[0]))  # type: ignore[union-attr]
     marked = {id(i) for i in slow}
-    rest = iter([i for i in items if id(i) not in marked])
+    rest = [i for i in items if id(i) not in marked]
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    ordered: list[pytest.Item] = []
-    left = len(items)
+    shares, left = [], len(items)
     for w in range(workers):
-        share = left // (workers - w)
-        first = slow[w::workers][:share]
-        ordered += first + [next(rest) for _ in range(share - len(first))]
-        left -= share
-    ordered += list(rest)
-    assert sorted(map(id, ordered)) == sorted(map(id, items)), "reordering lost or doubled a test"
+        shares.append(left // (workers - w))
+        left -= shares[-1]
+    dealt = [slow[w::workers] for w in range(workers)]
+    if any(len(d) > share for d, share in zip(dealt, shares, strict=True)):
+        items[:] = slow + rest  # mostly long tests selected: longest first is all there is to do
+        return
+    ordered: list[pytest.Item] = []
+    for d, share in zip(dealt, shares, strict=True):
+        fill = share - len(d)
+        ordered += d + rest[:fill]
+        rest = rest[fill:]
+    assert sorted(map(id, ordered)) == sorted(map(id, items)), "reordering lost a test"
     items[:] = ordered
