@@ -272,14 +272,18 @@ def _archive_lock(archive: Path) -> Path | None:
                 pid, age = 0, 0.0
             if (pid and pid_alive(pid)) or (not pid and age < 60):  # being written, or just locked
                 return None
-            for stale in lock.parent.glob(archive.name + ".*.tmp"):  # its writer died mid-way
-                stale.unlink(missing_ok=True)
             lock.unlink(missing_ok=True)
             continue
         except OSError:
             return None
         with os.fdopen(fd, "w") as f:
             f.write(str(os.getpid()))
+        # Half-written archives of writers that died, with or without their lock (a writer
+        # killed by SIGTERM was seen to leave one without): about 180 MB each.
+        for stale in lock.parent.glob(archive.name + ".*.tmp"):
+            writer = stale.name[len(archive.name) + 1 : -len(".tmp")]
+            if not (writer.isdigit() and pid_alive(int(writer))):
+                stale.unlink(missing_ok=True)
         return lock
     return None
 

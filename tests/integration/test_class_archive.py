@@ -31,12 +31,22 @@ def test_one_live_writer_holds_the_lock_and_a_dead_one_s_leftovers_are_removed(t
     assert lock.read_text() == str(os.getppid())
 
     lock.write_text(str(_dead_pid()))  # its writer was killed mid-way
-    leftover = tmp_path / "spark-classes.jsa.12345.tmp"
+    leftover = tmp_path / f"spark-classes.jsa.{_dead_pid()}.tmp"
     leftover.write_bytes(b"half an archive")
     assert _archive_lock(archive) == lock
     assert lock.read_text() == str(os.getpid())
     assert not leftover.exists()
     assert _archive_lock(archive) is None  # now this process holds it
+
+    lock.unlink()
+    # A writer that died and left no lock: its half archive goes; a live one's stays.
+    orphan = tmp_path / f"spark-classes.jsa.{_dead_pid()}.tmp"
+    orphan.write_bytes(b"half an archive")
+    live = tmp_path / f"spark-classes.jsa.{os.getppid()}.tmp"
+    live.write_bytes(b"being written")
+    assert _archive_lock(archive) == lock
+    assert not orphan.exists()
+    assert live.exists()
 
     lock.unlink()
     archive.write_bytes(b"")
