@@ -105,10 +105,12 @@ def spark_session(
     # An OutOfMemoryError in any thread ends the JVM (exit code 3) rather than leaving a query
     # stuck without its result thread; txjoin then reports it (txjoin.pipeline).
     java_opts += " -XX:+ExitOnOutOfMemoryError"
-    java_opts += _extra_java_options(java)
     from pyspark import SparkContext
 
-    archive = None if SparkContext._gateway is not None else _class_archive(java)
+    launching = SparkContext._gateway is None  # else getOrCreate reuses the running JVM
+    if launching:  # only a JVM about to start needs its options tried
+        java_opts += _extra_java_options(java)
+    archive = _class_archive(java) if launching else None
     writing = None if archive is None else _archive_lock(archive)
     if archive is not None:
         java_opts += _archive_option(archive, writing)
