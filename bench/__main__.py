@@ -386,7 +386,14 @@ def details(f: dict[str, Any]) -> list[str]:
             f"- End to end: clients unpaced committed {rng(t['committed_tx_per_s'], ',.1f')} transactions/s "
             f"(20 inserts each; one in ten renames a client instead); txjoin delivered "
             f"{t['max_tx_per_s']:,.1f} tx/s to Delta; commit-to-visible p50 at that load "
-            f"{rng(t['p50_s'], '.2f')} s. Median batch stages (s) per run: "
+            f"{rng(t['p50_s'], '.2f')} s. "
+            + (
+                f"The warm-up run before them, the first after Spark's start, delivered "
+                f"{t['cold_row_events_per_s']:,.0f} row events/s. "
+                if "cold_row_events_per_s" in t
+                else ""
+            )
+            + "Median batch stages (s) per run: "
             + "; ".join(", ".join(f"{k} {v:.2f}" for k, v in s.items()) for s in t["batch_stages_s"])
             + "."
         )
