@@ -32,7 +32,11 @@ def main() -> None:
     out: dict[str, Any] = {}
     print(f"machine: {machine()}; {args.txs} transactions per scenario")
     with (
-        bench_spark("txjoin-bench-consistency", "txjoin-bench-consistency-") as (spark, home),
+        # Started as txjoin scenario run (make demo) starts it: a short-lived session.
+        bench_spark("txjoin-bench-consistency", "txjoin-bench-consistency-", short_lived=True) as (
+            spark,
+            home,
+        ),
         bench_postgres(fsync=True) as pg,
     ):
         for name in SCENARIOS:

@@ -31,7 +31,15 @@ from typing import Any
 from txjoin.errors import ConfigError, MissingDependency, SparkDied
 from txjoin.pg._watchdog import pid_alive
 
-__all__ = ["jvm_died", "jvm_exit_code", "package_zip", "spark_session", "write_class_archive"]
+__all__ = [
+    "SHORT_LIVED_JIT",
+    "jvm_died",
+    "jvm_exit_code",
+    "launch_java_options",
+    "package_zip",
+    "spark_session",
+    "write_class_archive",
+]
 
 
 def _java_ok() -> str:
@@ -46,6 +54,20 @@ def _java_ok() -> str:
             package="openjdk-17-jre-headless",
         )
     return os.path.realpath(java)
+
+
+#: The JIT of a JVM that lives seconds to minutes over small data (``spark_session(short_lived=True)``:
+#: ``txjoin scenario run``, ``txjoin check``): C1 only. C2's compiler threads otherwise take the
+#: cores such a run waits on (``txjoin scenario run pizzeria``, alternating: p50 3.60 and 4.27 s
+#: against 6.32 and 6.80 s). Pipelines keep both tiers: C2 decodes JSON twice as fast once warm
+#: (bench/NOTES.md). ``TXJOIN_SPARK_JAVA_OPTIONS`` comes after it, so it can set another level.
+SHORT_LIVED_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def launch_java_options(java: str, *, short_lived: bool = False) -> str:
+    """JVM options txjoin adds when it launches Spark's driver: :data:`SHORT_LIVED_JIT` for a
+    short-lived session, then ``TXJOIN_SPARK_JAVA_OPTIONS`` (which win, coming last)."""
+    return (f" {SHORT_LIVED_JIT}" if short_lived else "") + _extra_java_options(java)
 
 
 def _extra_java_options(java: str) -> str:
@@ -87,8 +109,11 @@ def spark_session(
     conf: dict[str, str] | None = None,
     master: str = "",
     executor_memory: str = "",
+    short_lived: bool = False,
 ) -> Any:
-    """Get or create the Spark session configured for txjoin (``master`` default: ``local[cores]``)."""
+    """Get or create the Spark session configured for txjoin (``master`` default: ``local[cores]``).
+    ``short_lived``: a run of seconds to minutes over small data, whose JVM compiles with C1 only
+    (:data:`SHORT_LIVED_JIT`); it applies when this call launches the JVM."""
     java = _java_ok()
     # Python workers must run the interpreter that has txjoin and pandas.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -109,7 +134,7 @@ def spark_session(
 
     launching = SparkContext._gateway is None  # else getOrCreate reuses the running JVM
     if launching:  # only a JVM about to start needs its options tried
-        java_opts += _extra_java_options(java)
+        java_opts += launch_java_options(java, short_lived=short_lived)
     archive = _class_archive(java) if launching else None
     writing = None if archive is None else _archive_lock(archive)
     if archive is not None:

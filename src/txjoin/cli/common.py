@@ -113,9 +113,12 @@ class Progress:
             self._thread.join(2)
 
 
-def spark_for(spec: Any, master: str | None = None, conf: Sequence[str] = ()) -> Any:
+def spark_for(
+    spec: Any, master: str | None = None, conf: Sequence[str] = (), *, short_lived: bool = False
+) -> Any:
     """The Spark session a pipeline spec asks for; ``master`` and ``conf`` ("k=v") from the
-    command line override the spec's ``[spark]``."""
+    command line override the spec's ``[spark]``. ``short_lived``: a scenario run or a check
+    (C1-only JIT, :data:`txjoin.session.SHORT_LIVED_JIT`), not a pipeline."""
     from txjoin.session import spark_session
     from txjoin.spec import memory
 
@@ -127,6 +130,7 @@ def spark_for(spec: Any, master: str | None = None, conf: Sequence[str] = ()) ->
         conf=settings.conf,
         master=settings.master,
         executor_memory=settings.executor_memory,
+        short_lived=short_lived,
     )
 
 

@@ -48,7 +48,7 @@ def _check(args: argparse.Namespace) -> int:
     print(f"checking pipeline {spec.name}: {args.examples} random workloads on scratch copies of its sources")
     result = check_spec(
         spec,
-        spark_for(spec),
+        spark_for(spec, short_lived=True),
         admin_dsn=server.dsn(),
         examples=args.examples,
         shrink=not args.no_shrink,
@@ -96,7 +96,7 @@ def _scenario(args: argparse.Namespace) -> int:
         print(f"running scenario {sc.name}: {sc.description}", file=sys.stderr)
     report = run_scenario(
         sc,
-        spark_factory=lambda spec: spark_for(spec, args.master, args.conf),
+        spark_factory=lambda spec: spark_for(spec, args.master, args.conf, short_lived=True),
         options=option_pairs(args.option),
         home=home,
         txs=args.txs,
