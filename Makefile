@@ -15,7 +15,8 @@ TEST_WORKERS ?= 2
 # data, and C2's compiler threads took the cores the tests wait on (test_load_crash and
 # test_kill_run side by side: 307 and 275 s -> 175 and 148 s). Pipelines keep the default
 # (C2 made a full recompute of 1M rows 2.3x faster, bench/NOTES.md); make test-thorough too.
-# TEST_JAVA_OPTIONS= runs the suite with the JVM's defaults.
+# TEST_JAVA_OPTIONS= runs the suite with the JVM's defaults (txjoin scenario run and txjoin check,
+# which the suite also starts, compile with C1 only by themselves: txjoin/session.py).
 TEST_JAVA_OPTIONS ?= -XX:TieredStopAtLevel=1
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
