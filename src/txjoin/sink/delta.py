@@ -248,7 +248,7 @@ def _sorted(rows: pa.Table, cols: Sequence[str]) -> pa.Table:
 #: Largest dictionary page per column chunk before Parquet falls back to plain
 #: encoding. delta-rs's default (1 MiB) spends most of a write interning unique
 #: strings (keys, names) before it falls back: rewriting 1M output rows took
-#: 0.42-0.50 s with it, 0.17-0.19 s with 64 KiB, in files 19% smaller
+#: 0.42-0.50 s with it, 0.19-0.26 s with 64 KiB, in files 19% smaller
 #: (bench/NOTES.md). Low-cardinality columns still fit a 64 KiB dictionary.
 DICTIONARY_PAGE_BYTES = 64 << 10
 
