@@ -172,7 +172,7 @@ GROUP BY c.id, c.name
 \"\"\"
 """
     )
-    args = ["check", str(spec), "--seed", "5", "--no-shrink", "--home", str(home)]
+    args = ["check", str(spec), "--seed", "4", "--no-shrink", "--home", str(home)]
     # Orders moving between clients, or deleted, need the old client's row
     # recomputed: without before-images the suite must see a wrong version.
     assert main([*args, "--examples", "30", "--no-before-images"]) == 1
