@@ -193,7 +193,7 @@ def test_files_keep_dictionaries_small_whatever_wrote_them(tmp_path: Path) -> No
     """Columns of unique values fall back to plain encoding past DICTIONARY_PAGE_BYTES
     in every write: the first one, a partition overwrite, a compaction, a key-range rewrite.
     A column of three values stays dictionary-encoded. (delta-rs's default lets a dictionary
-    reach 1 MiB, which made rewriting 1M output rows 2.5x slower.)"""
+    reach 1 MiB, which made rewriting 1M output rows about twice as slow.)"""
     path = tmp_path / "out"
     store = DeltaRsStore(compact_after=2)
     n = 200_000
