@@ -369,20 +369,9 @@ class DeltaRsStore:
                 # Every partition: one overwrite (also creates the table, or
                 # replaces it when the output's SQL changed its columns).
                 if table is not None:
-                    write_deltalake(
-                        table, rows, mode="overwrite", schema_mode="overwrite",
-                        target_file_size=self.file_bytes, writer_properties=_writer_properties(),
-                        commit_properties=props,
-                    )  # fmt: skip
+                    self._write(table, rows, props, mode="overwrite", schema_mode="overwrite")
                 else:
-                    write_deltalake(
-                        str(path),
-                        rows,
-                        mode="append",
-                        target_file_size=self.file_bytes,
-                        writer_properties=_writer_properties(),
-                        commit_properties=props,
-                    )
+                    self._write(str(path), rows, props, mode="append")
                 return self._version(path)
             try:
                 predicate = _partition_predicate(partition_cols, partitions)
@@ -392,11 +381,8 @@ class DeltaRsStore:
                 if len(partition_cols) == 1:
                     return self._rewrite_range(path, rows, partition_cols[0], partitions, props)
                 return self._rewrite_all(path, rows, partition_cols, partitions, props)
-            write_deltalake(
-                str(path) if table is None else table, rows, mode="overwrite", predicate=predicate,
-                target_file_size=self.file_bytes, writer_properties=_writer_properties(),
-                commit_properties=props,
-            )  # fmt: skip
+            target = str(path) if table is None else table
+            self._write(target, rows, props, mode="overwrite", predicate=predicate)
             if mutated("double-commit") and rows.num_rows:
                 write_deltalake(str(path), rows, mode="append", commit_properties=props)
             table = self._current(path)
@@ -470,15 +456,18 @@ class DeltaRsStore:
         predicate: str | None,
     ) -> int:
         """Overwrite the table (or what ``predicate`` selects) with ``kept`` + ``rows``, in one commit."""
+        merged = pa.concat_tables([kept, rows.cast(kept.schema)])
+        self._write(self._current(path), _sorted(merged, cols), props, mode="overwrite", predicate=predicate)
+        return self._version(path)
+
+    def _write(self, target: DeltaTable | str, rows: pa.Table, props: Any, **how: Any) -> None:
+        """Every data write of the sink: files of ``file_bytes``, with :func:`_writer_properties`."""
         from deltalake import write_deltalake
 
-        merged = pa.concat_tables([kept, rows.cast(kept.schema)])
         write_deltalake(
-            self._current(path), _sorted(merged, cols), mode="overwrite", predicate=predicate,
-            target_file_size=self.file_bytes, writer_properties=_writer_properties(),
-            commit_properties=props,
+            target, rows, target_file_size=self.file_bytes, writer_properties=_writer_properties(),
+            commit_properties=props, **how,
         )  # fmt: skip
-        return self._version(path)
 
     def _maybe_compact(self, table: DeltaTable, cut: Mapping[str, Cut], batch: int) -> None:
         from deltalake import CommitProperties
