@@ -38,7 +38,7 @@ from txjoin.join.planned import plan_pipeline
 from txjoin.join.replica import ReplicaStore, out_of_memory
 from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName
-from txjoin.session import jvm_died, jvm_exit_code
+from txjoin.session import JVM_EXIT_WAIT, jvm_connection_lost, jvm_died, jvm_exit_code
 from txjoin.sink.delta import DeltaRsStore, DeltaStore
 from txjoin.sink.publish import Publisher
 from txjoin.spec import PipelineSpec, memory
@@ -132,7 +132,7 @@ class Pipeline:
         try:
             query.awaitTermination()
         except Exception as e:
-            self._check_jvm()
+            self._check_jvm(cause=e)
             raise _unwrap(e, self.failure) from None
         finally:
             self.query = None
@@ -156,9 +156,12 @@ class Pipeline:
         """Stop the query and close the replica store."""
         try:
             if jvm_exit_code(self.spark) is None:  # a dead driver has no query left to stop
-                self.stop()
-            else:
-                self.query = None
+                try:
+                    self.stop()
+                except Exception as e:
+                    self._check_jvm(cause=e)
+                    raise
+            self.query = None
         finally:
             self.join.close()
 
@@ -169,12 +172,13 @@ class Pipeline:
             return
         try:
             error = self.query.exception()
-        except Exception:  # the JVM went away between the two checks
-            self._check_jvm()
+            if error is None:
+                self._watchdog()
+        except Exception as e:  # the JVM went away after the first check
+            self._check_jvm(cause=e)
             raise
         if error is not None:
             raise _unwrap(error, self.failure)
-        self._watchdog()
 
     def _watchdog(self) -> None:
         """Never stay alive and idle: raise if the query stopped on its own, or made no
@@ -200,11 +204,14 @@ class Pipeline:
                 setting="stall_timeout",
             )
 
-    def _check_jvm(self) -> None:
-        code = jvm_exit_code(self.spark)
+    def _check_jvm(self, cause: BaseException | None = None) -> None:
+        """Raise :class:`SparkDied` if Spark's driver JVM exited. After a call to it failed
+        (``cause``) for want of a connection, wait for the JVM to finish exiting first."""
+        lost = cause is not None and not isinstance(cause, TxJoinError) and jvm_connection_lost(cause)
+        code = jvm_exit_code(self.spark, wait=JVM_EXIT_WAIT if lost else 0.0)
         if code is not None:
             mem = memory(self.spec.options)
-            raise jvm_died(code, driver_memory=mem.driver, batch_bytes=mem.batch_bytes)
+            raise jvm_died(code, driver_memory=mem.driver, batch_bytes=mem.batch_bytes) from cause
 
     # -- one micro-batch ------------------------------------------------------
     def process_batch(self, df: Any, batch_id: int) -> None:

@@ -32,11 +32,14 @@ from txjoin.errors import ConfigError, MissingDependency, SparkDied
 from txjoin.pg._watchdog import pid_alive
 
 __all__ = [
+    "JVM_EXIT_WAIT",
     "SHORT_LIVED_JIT",
+    "jvm_connection_lost",
     "jvm_died",
     "jvm_exit_code",
     "launch_java_options",
     "package_zip",
+    "process_exit_code",
     "spark_session",
     "write_class_archive",
 ]
@@ -424,12 +427,33 @@ def _quiet_gateway(master: str, app_name: str, settings: dict[str, str]) -> None
     SPARK_LOG[:] = [path]
 
 
-def jvm_exit_code(spark: Any) -> int | None:
-    """The exit code of the Spark driver JVM this process started, or None while it runs."""
+#: How long a call that lost its connection to Spark's JVM waits for the JVM to be reaped: a
+#: killed JVM closes its socket before the kernel has freed its memory and made it a zombie.
+JVM_EXIT_WAIT = 10.0
+
+
+def jvm_exit_code(spark: Any, wait: float = 0.0) -> int | None:
+    """The exit code of the Spark driver JVM this process started, or None while it runs
+    (after waiting up to ``wait`` seconds for it to exit)."""
     gateway = getattr(getattr(spark, "sparkContext", None), "_gateway", None)
     proc = getattr(gateway, "proc", None)
-    code = None if proc is None else proc.poll()
+    return None if proc is None else process_exit_code(proc, wait)
+
+
+def process_exit_code(proc: subprocess.Popen[Any], wait: float = 0.0) -> int | None:
+    """``proc``'s exit code, or None if it still runs after ``wait`` seconds."""
+    try:
+        code = proc.wait(wait) if wait > 0 else proc.poll()
+    except subprocess.TimeoutExpired:
+        return None
     return None if code is None else int(code)
+
+
+def jvm_connection_lost(e: BaseException) -> bool:
+    """Whether ``e`` is a call to Spark's JVM failing because its connection went away."""
+    from py4j.protocol import Py4JNetworkError
+
+    return isinstance(e, (Py4JNetworkError, ConnectionError, EOFError))
 
 
 def jvm_died(code: int, *, driver_memory: str, batch_bytes: int) -> SparkDied:

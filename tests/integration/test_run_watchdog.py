@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.capture import execute, wait_for
 from txjoin.errors import SparkDied
-from txjoin.session import jvm_died
+from txjoin.session import jvm_connection_lost, jvm_died, process_exit_code
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
@@ -32,6 +32,25 @@ def test_out_of_memory_names_the_setting_to_raise() -> None:
     assert "1024m" in str(e)
     assert "max_batch_bytes (now 64 MB)" in str(e)
     assert "exited with code 137" in str(jvm_died(137, driver_memory="1g", batch_bytes=1))
+
+
+def test_a_lost_connection_waits_for_the_dying_jvm_to_exit() -> None:
+    """A killed JVM closes its socket before the kernel has made it a zombie: a call that
+    lost its connection waits for the exit code instead of reporting the connection error."""
+    from py4j.protocol import Py4JNetworkError
+
+    proc = subprocess.Popen(["sleep", "1"])
+    try:
+        assert process_exit_code(proc) is None
+        assert process_exit_code(proc, wait=0.05) is None
+        assert process_exit_code(proc, wait=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert jvm_connection_lost(ConnectionRefusedError(111, "Connection refused"))
+    assert jvm_connection_lost(Py4JNetworkError("Error while sending or receiving"))
+    assert jvm_connection_lost(EOFError())
+    assert not jvm_connection_lost(RuntimeError("the streaming query failed"))
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
@@ -80,7 +99,9 @@ def test_run_exits_with_one_line_when_spark_dies(pg_db: str, tmp_path: Path) -> 
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        wait_for(lambda: (out_table / "_delta_log").exists() or proc.poll() is not None, 120, "a first version")
+        wait_for(
+            lambda: (out_table / "_delta_log").exists() or proc.poll() is not None, 120, "a first version"
+        )
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         java = [pid for pid, name in _children(proc.pid) if name == "java"]
         assert java, "no Spark JVM under txjoin run"
