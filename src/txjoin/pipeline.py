@@ -38,7 +38,7 @@ from txjoin.join.planned import plan_pipeline
 from txjoin.join.replica import ReplicaStore, out_of_memory
 from txjoin.pg.catalog import Table
 from txjoin.pg.names import QualifiedName
-from txjoin.session import JVM_EXIT_WAIT, jvm_connection_lost, jvm_died, jvm_exit_code
+from txjoin.session import check_jvm, jvm_exit_code
 from txjoin.sink.delta import DeltaRsStore, DeltaStore
 from txjoin.sink.publish import Publisher
 from txjoin.spec import PipelineSpec, memory
@@ -156,13 +156,12 @@ class Pipeline:
         """Stop the query and close the replica store."""
         try:
             if jvm_exit_code(self.spark) is None:  # a dead driver has no query left to stop
-                try:
-                    self.stop()
-                except Exception as e:
-                    self._check_jvm(cause=e)
-                    raise
-            self.query = None
+                self.stop()
+        except Exception as e:
+            self._check_jvm(cause=e)
+            raise
         finally:
+            self.query = None
             self.join.close()
 
     def check(self) -> None:
@@ -172,13 +171,12 @@ class Pipeline:
             return
         try:
             error = self.query.exception()
-            if error is None:
-                self._watchdog()
-        except Exception as e:  # the JVM went away after the first check
+            if error is not None:
+                raise _unwrap(error, self.failure)
+            self._watchdog()
+        except Exception as e:  # the JVM may have gone away since the first check
             self._check_jvm(cause=e)
             raise
-        if error is not None:
-            raise _unwrap(error, self.failure)
 
     def _watchdog(self) -> None:
         """Never stay alive and idle: raise if the query stopped on its own, or made no
@@ -205,13 +203,8 @@ class Pipeline:
             )
 
     def _check_jvm(self, cause: BaseException | None = None) -> None:
-        """Raise :class:`SparkDied` if Spark's driver JVM exited. After a call to it failed
-        (``cause``) for want of a connection, wait for the JVM to finish exiting first."""
-        lost = cause is not None and not isinstance(cause, TxJoinError) and jvm_connection_lost(cause)
-        code = jvm_exit_code(self.spark, wait=JVM_EXIT_WAIT if lost else 0.0)
-        if code is not None:
-            mem = memory(self.spec.options)
-            raise jvm_died(code, driver_memory=mem.driver, batch_bytes=mem.batch_bytes) from cause
+        mem = memory(self.spec.options)
+        check_jvm(self.spark, driver_memory=mem.driver, batch_bytes=mem.batch_bytes, cause=cause)
 
     # -- one micro-batch ------------------------------------------------------
     def process_batch(self, df: Any, batch_id: int) -> None:

@@ -34,6 +34,7 @@ from txjoin.pg._watchdog import pid_alive
 __all__ = [
     "JVM_EXIT_WAIT",
     "SHORT_LIVED_JIT",
+    "check_jvm",
     "jvm_connection_lost",
     "jvm_died",
     "jvm_exit_code",
@@ -454,6 +455,17 @@ def jvm_connection_lost(e: BaseException) -> bool:
     from py4j.protocol import Py4JNetworkError
 
     return isinstance(e, (Py4JNetworkError, ConnectionError, EOFError))
+
+
+def check_jvm(
+    spark: Any, *, driver_memory: str, batch_bytes: int, cause: BaseException | None = None
+) -> None:
+    """Raise :class:`SparkDied` if Spark's driver JVM exited. After a call to it failed
+    (``cause``) for want of a connection, wait for the JVM to finish exiting first."""
+    lost = cause is not None and jvm_connection_lost(cause)
+    code = jvm_exit_code(spark, wait=JVM_EXIT_WAIT if lost else 0.0)
+    if code is not None:
+        raise jvm_died(code, driver_memory=driver_memory, batch_bytes=batch_bytes) from cause
 
 
 def jvm_died(code: int, *, driver_memory: str, batch_bytes: int) -> SparkDied:
