@@ -428,8 +428,8 @@ def _quiet_gateway(master: str, app_name: str, settings: dict[str, str]) -> None
     SPARK_LOG[:] = [path]
 
 
-#: How long a call that lost its connection to Spark's JVM waits for the JVM to be reaped: a
-#: killed JVM closes its socket before the kernel has freed its memory and made it a zombie.
+#: How long a call that lost its connection to Spark's JVM waits for the JVM's exit code: a
+#: killed JVM's socket can close before the process can be reaped (its threads still exiting).
 JVM_EXIT_WAIT = 10.0
 
 
