@@ -35,8 +35,8 @@ def test_out_of_memory_names_the_setting_to_raise() -> None:
 
 
 def test_a_lost_connection_waits_for_the_dying_jvm_to_exit() -> None:
-    """A killed JVM closes its socket before the kernel has made it a zombie: a call that
-    lost its connection waits for the exit code instead of reporting the connection error."""
+    """A killed JVM's socket can close before the process can be reaped: a call that lost
+    its connection waits for the exit code instead of reporting the connection error."""
     from py4j.protocol import Py4JNetworkError
 
     proc = subprocess.Popen(["sleep", "1"])
@@ -99,9 +99,7 @@ def test_run_exits_with_one_line_when_spark_dies(pg_db: str, tmp_path: Path) -> 
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        wait_for(
-            lambda: (out_table / "_delta_log").exists() or proc.poll() is not None, 120, "a first version"
-        )
+        wait_for(lambda: (out_table / "_delta_log").exists() or proc.poll() is not None, 120, "a first version")
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         java = [pid for pid, name in _children(proc.pid) if name == "java"]
         assert java, "no Spark JVM under txjoin run"
