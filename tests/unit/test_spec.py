@@ -57,7 +57,7 @@ def test_memory_is_derived_within_bounds_unless_set() -> None:
     m = memory(Options())
     driver_mb = int(m.driver.rstrip("m"))
     assert 1024 <= driver_mb <= 4096
-    assert driver_mb == min(max(int(ram * 0.15 / 2**20), 1024), 4096)
+    assert driver_mb == min(max(int(ram * 0.10 / 2**20), 1024), 4096)
     assert 16 << 20 <= m.batch_bytes <= 64 << 20
     assert 256 <= int(m.replica.removesuffix("MB")) <= 2048
     set_ = memory(Options(driver_memory="2g", replica_memory="300MB", max_batch_bytes=5 << 20))
