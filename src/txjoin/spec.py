@@ -121,8 +121,8 @@ class Options:
     #: Spark local cores.
     spark_cores: int = 2
     #: Memory of Spark's driver (in local mode: all of Spark), e.g. "3g"; "" derives it from the
-    #: machine: 10% of its memory, between 1g and 4g. G1 may grow the heap to this whatever the
-    #: work needs, and the JVM holds about 0.7 GiB more (bench/NOTES.md).
+    #: machine: 10% of its memory, between 1g and 4g. G1 may grow the heap to this limit even when
+    #: the work needs less, and the JVM holds about 0.7 GiB more (bench/NOTES.md).
     driver_memory: str = ""
     #: Memory the replica store (DuckDB) may use before it spills to disk; "" derives it: 5% of the
     #: machine, between 256MB and 2GB.
