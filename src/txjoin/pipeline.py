@@ -70,6 +70,7 @@ class Pipeline:
         self.plans: dict[str, OutputPlan] = dict(planned.plans)
         self.join = JoinStage(spec, spark, planned)
         opts = spec.options
+        self.memory = memory(opts)  # read once: check() runs every 0.5 s
         delta = delta or DeltaRsStore(
             file_bytes=opts.output_file_bytes, compact_after=opts.compact_after_files
         )
@@ -203,7 +204,7 @@ class Pipeline:
             )
 
     def _check_jvm(self, cause: BaseException | None = None) -> None:
-        mem = memory(self.spec.options)
+        mem = self.memory
         check_jvm(self.spark, driver_memory=mem.driver, batch_bytes=mem.batch_bytes, cause=cause)
 
     # -- one micro-batch ------------------------------------------------------
@@ -223,8 +224,7 @@ class Pipeline:
             if self.on_batch is not None:
                 self.on_batch(stats)
         except BaseException as e:
-            mem = memory(self.spec.options)
-            oom = out_of_memory(e, replica_memory=mem.replica, batch_bytes=mem.batch_bytes)
+            oom = out_of_memory(e, replica_memory=self.memory.replica, batch_bytes=self.memory.batch_bytes)
             self.failure = oom or e  # Spark passes it on as text; keep the object for the caller
             if oom is not None:
                 raise oom from e
