@@ -28,6 +28,7 @@ from txjoin.sink.delta import (
     DeltaRsStore,
     _int_runs,
     _partition_predicate,
+    _range_is_cheaper,
     _TooLong,
 )
 
@@ -56,12 +57,45 @@ def test_int_runs_split_consecutive_keys() -> None:
 
 
 def test_predicate_compresses_runs_and_refuses_past_the_limit() -> None:
-    pred = _partition_predicate(["id"], [[i] for i in range(100_000)] + [[None]])
+    pred, terms = _partition_predicate(["id"], [[i] for i in range(100_000)] + [[None]])
     assert pred == '("id" >= 0 AND "id" <= 99999) OR "id" IS NULL'
+    assert terms == 3
+    assert _partition_predicate(["id"], [[1], [5], [9], [10], [11]]) == (
+        '"id" IN (1, 5) OR ("id" >= 9 AND "id" <= 11)',
+        4,
+    )
+    assert _partition_predicate(["a", "b"], [[1, None], [2, "x"]]) == (
+        '("a" = 1 AND "b" IS NULL) OR ("a" = 2 AND "b" = \'x\')',
+        4,
+    )
     with pytest.raises(_TooLong):
         _partition_predicate(["id"], [[2 * i] for i in range(MAX_PREDICATE_TERMS + 1)])
     with pytest.raises(_TooLong):
         _partition_predicate(["k"], [[f"s{i}"] for i in range(MAX_PREDICATE_TERMS + 1)])
+
+
+def _files(*files: tuple[int, int | None, int | None]) -> pa.Table:
+    """Add actions as delta-rs flattens them: rows, and the key's min and max, per file."""
+    rows, lows, highs = zip(*files, strict=True)
+    return pa.table({"num_records": rows, "min.id": pa.array(lows, pa.int64()), "max.id": pa.array(highs, pa.int64())})
+
+
+def test_the_key_range_is_rewritten_when_a_predicate_would_cost_more() -> None:
+    """A predicate term costs delta-rs about as much as rewriting TERM_ROWS rows by range."""
+    big = _files(*[(200_000, i * 200_000, (i + 1) * 200_000 - 1) for i in range(5)])  # 1M rows, sorted
+    small = _files((100_000, 0, 99_999))
+    scattered = [[k] for k in range(0, 1_000_000, 5_000)]  # 200 keys, one in every 5,000
+    assert not _range_is_cheaper(big, "id", scattered, 200)  # both rewrite 1M rows; 200 terms are cheap
+    assert _range_is_cheaper(small, "id", [[k] for k in range(0, 100_000, 50)], 2_000)  # 2,000 terms are not
+    assert not _range_is_cheaper(small, "id", [[k] for k in range(0, 100_000, 1_000)], 100)
+    assert _range_is_cheaper(big, "id", [[2_000_000], [2_000_005]], 2)  # past every file: nothing to read
+    assert not _range_is_cheaper(big, "id", [[10], [600_000]], 2)  # the range spans 4 files, the keys 2
+    assert not _range_is_cheaper(big, "id", [[None]], 1)  # only the NULL partition: its predicate
+    assert not _range_is_cheaper(big, "id", [[1], ["a"]], 2)  # keys that do not compare
+    # No statistics for the key: every file counts as reached by both ways.
+    bare = pa.table({"num_records": [10_000, 20_000]})
+    assert _range_is_cheaper(bare, "id", [[1], [5]], 100)
+    assert not _range_is_cheaper(bare, "id", [[1], [5]], 99)
 
 
 @pytest.mark.parametrize("spread", ["scattered", "consecutive"])

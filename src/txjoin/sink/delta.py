@@ -4,7 +4,7 @@ Backed by delta-rs (``deltalake``), because Delta's Spark jars cannot be
 loaded where txjoin is developed. A cluster with delta-spark could provide
 another :class:`DeltaStore` implementing the same five methods.
 
-Each output commit is ONE Delta commit (a MERGE) that
+Each output commit is ONE Delta commit that
 
 - replaces the rows of the affected partitions: upsert the recomputed rows
   by key, delete the partition's rows that were not recomputed;
@@ -17,6 +17,7 @@ Each output commit is ONE Delta commit (a MERGE) that
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import functools
 import json
@@ -137,7 +138,7 @@ def _file_stats(path: Path, columns: Sequence[str]) -> str:
 
 
 class _NoLiteral(Exception):
-    """A partition value with no SQL literal form (bytes, arrays): use a MERGE instead."""
+    """A partition value with no SQL literal form (bytes, arrays): rewrite the table instead."""
 
 
 def sql_literal(v: Any) -> str:
@@ -194,27 +195,34 @@ def _int_runs(values: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
     return singles, runs
 
 
-def _partition_predicate(cols: Sequence[str], partitions: Sequence[Sequence[Any]], prefix: str = "") -> str:
-    """A predicate selecting exactly ``partitions``; raises :class:`_TooLong` past the limit."""
+def _partition_predicate(
+    cols: Sequence[str], partitions: Sequence[Sequence[Any]], prefix: str = ""
+) -> tuple[str, int]:
+    """A predicate selecting exactly ``partitions``, and how many comparisons it makes (delta-rs's
+    cost grows with them); raises :class:`_TooLong` past the limit."""
     if len(cols) == 1:
         col = f"{prefix}{_quote(cols[0])}"
         present = [p[0] for p in partitions if p[0] is not None]
         terms: list[str] = []
+        count = 0
         if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
             # Keys inserted together are consecutive: a run costs two comparisons, not n values.
             singles, runs = _int_runs(present)
-            if len(singles) + 2 * len(runs) > MAX_PREDICATE_TERMS:
+            count = len(singles) + 2 * len(runs)
+            if count > MAX_PREDICATE_TERMS:
                 raise _TooLong
             if singles:
                 terms.append(f"{col} IN ({', '.join(map(str, singles))})")
             terms += [f"({col} >= {a} AND {col} <= {b})" for a, b in runs]
         elif present:
-            if len(present) > MAX_PREDICATE_TERMS:
+            count = len(present)
+            if count > MAX_PREDICATE_TERMS:
                 raise _TooLong
             terms.append(f"{col} IN ({', '.join(sql_literal(v) for v in present)})")
         if len(present) < len(partitions):
             terms.append(f"{col} IS NULL")  # NULL IN (...) is never true
-        return " OR ".join(terms)
+            count += 1
+        return " OR ".join(terms), count
     if len(partitions) * len(cols) > MAX_PREDICATE_TERMS:
         raise _TooLong
     ors = []
@@ -224,7 +232,59 @@ def _partition_predicate(cols: Sequence[str], partitions: Sequence[Sequence[Any]
             for c, v in zip(cols, p, strict=True)
         )
         ors.append(f"({ands})")
-    return " OR ".join(ors)
+    return " OR ".join(ors), len(partitions) * len(cols)
+
+
+#: What a term of an overwrite predicate costs, in rows rewritten by key range: delta-rs spends
+#: about 40 us planning each term (4,000 terms: 0.2 s on a 100k-row table, whatever its size), and
+#: the key-range rewrite about 0.26 us a row (bench/NOTES.md, "Measured: a long overwrite predicate").
+TERM_ROWS = 150
+#: What a row rewritten by delta-rs's own overwrite costs, against one rewritten by key range
+#: (0.12 against 0.26 us: the range rewrite reads its rows into Python first).
+OVERWRITE_ROW_SHARE = 0.5
+
+
+def _add_actions(table: DeltaTable) -> pa.Table:
+    """The table's files with their row counts and per-column statistics (``min.<col>``, ...)."""
+    return pa.table(table.get_add_actions(flatten=True))
+
+
+def _range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[Any]], terms: int) -> bool:
+    """Whether rewriting the key range ``partitions`` span costs less than overwriting them by predicate.
+
+    Both are copy-on-write of the files they reach; the predicate's planning also grows with its
+    terms. Estimated from ``files``' key statistics (delta-rs's add actions, flattened): the range
+    rewrite reads every file overlapping the range, the overwrite every file whose own range holds
+    a key. A file without statistics counts as reached by both. Since the files an overwrite
+    reaches are among those the range overlaps, a range rewrite chosen here reads at most
+    ``TERM_ROWS * terms / (1 - OVERWRITE_ROW_SHARE)`` rows (1.2M at the 4,000-term limit).
+    """
+    try:
+        present = sorted(p[0] for p in partitions if p[0] is not None)
+    except TypeError:  # mixed types: nothing to compare with the statistics
+        return False
+    if not present or files.num_rows == 0:
+        return False
+    names = set(files.column_names)
+    rows = [n or 0 for n in files.column("num_records").to_pylist()]
+    none = [None] * len(rows)
+    lows = files.column(f"min.{col}").to_pylist() if f"min.{col}" in names else none
+    highs = files.column(f"max.{col}").to_pylist() if f"max.{col}" in names else none
+    lo, hi = present[0], present[-1]
+    spanned = reached = 0
+    for n, a, b in zip(rows, lows, highs, strict=True):
+        try:
+            if a is None or b is None:
+                overlaps = holds = True
+            else:
+                overlaps = not (b < lo or a > hi)
+                i = bisect.bisect_left(present, a)
+                holds = i < len(present) and present[i] <= b
+        except TypeError:  # statistics of another type than the keys (time zones)
+            overlaps = holds = True
+        spanned += n if overlaps else 0
+        reached += n if holds else 0
+    return spanned <= OVERWRITE_ROW_SHARE * reached + TERM_ROWS * terms
 
 
 def _hashable(v: Any) -> Any:
@@ -278,8 +338,11 @@ class DeltaRsStore:
     rows sorted by partition and files of ``file_bytes``, only the files
     holding changed partitions are rewritten. Measured on 1M output rows,
     200 partitions: 0.04 s, against 0.25 s for the equivalent MERGE
-    (bench/RESULTS.md). Partition values without a literal form (bytes,
-    arrays) fall back to a MERGE.
+    (bench/RESULTS.md). delta-rs plans each term of that predicate at some
+    cost (about 40 us), so a batch of many scattered keys rewrites the key
+    range they span instead when the files' statistics say that is cheaper
+    (:func:`_range_is_cheaper`). Partition values without a literal form
+    (bytes, arrays) fall back to rewriting the table.
 
     Every ``compact_after`` small files, they are compacted into files of
     ``file_bytes``, in a commit carrying the same cut (its rows are
@@ -373,18 +436,27 @@ class DeltaRsStore:
                 else:
                     self._write(str(path), rows, props, mode="append")
                 return self._version(path)
+            if not partitions and not rows.num_rows and table is not None:
+                return self.advance(path, cut=cut, batch=batch, app_id=app_id)  # no predicate selects nothing
             try:
-                predicate = _partition_predicate(partition_cols, partitions)
+                predicate: str | None
+                predicate, terms = _partition_predicate(partition_cols, partitions)
             except _NoLiteral:
                 return self._rewrite_all(path, rows, partition_cols, partitions, props)
             except _TooLong:
-                if len(partition_cols) == 1:
-                    return self._rewrite_range(path, rows, partition_cols[0], partitions, props)
-                return self._rewrite_all(path, rows, partition_cols, partitions, props)
-            target = str(path) if table is None else table
-            self._write(target, rows, props, mode="overwrite", predicate=predicate)
-            if mutated("double-commit") and rows.num_rows:
-                write_deltalake(str(path), rows, mode="append", commit_properties=props)
+                if len(partition_cols) != 1:
+                    return self._rewrite_all(path, rows, partition_cols, partitions, props)
+                predicate, terms = None, MAX_PREDICATE_TERMS + 1
+            col = partition_cols[0] if len(partition_cols) == 1 else None
+            if col is not None and table is not None and (
+                predicate is None or _range_is_cheaper(_add_actions(table), col, partitions, terms)
+            ):
+                self._rewrite_range(path, rows, col, partitions, props)
+            else:
+                how = {} if predicate is None else {"predicate": predicate}  # None: no table yet
+                self._write(str(path) if table is None else table, rows, props, mode="overwrite", **how)
+                if mutated("double-commit") and rows.num_rows:
+                    write_deltalake(str(path), rows, mode="append", commit_properties=props)
             table = self._current(path)
             version = int(table.version())
             self._maybe_compact(table, cut, batch)

@@ -1,0 +1,126 @@
+"""Replacing an output's partitions on a real Delta table: every way gives the same rows.
+
+A batch replaces its partitions either by an overwrite whose predicate lists
+them or by rewriting the key range they span (reading back the range's other
+rows); the sink picks the cheaper from the files' statistics. For generated
+tables (integer or text keys, NULL keys, many small files) and sequences of
+batches (edits, deletes, new keys inside and outside the table's range),
+each way, and the sink's own choice, leaves exactly the model's rows after
+every batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import txjoin.sink.delta as sink_delta
+from tests.support.profiles import examples
+from txjoin.cut import Cut
+from txjoin.sink.delta import DeltaRsStore
+
+Key = int | str | None
+
+_TEXT = st.sampled_from(["a", "b", "ab", "o'k", "é", "z", "Z", "a b", "ß", "日本"])
+_KEYS: dict[str, st.SearchStrategy[Key]] = {
+    "int": st.one_of(st.none(), st.integers(-50, 400)),
+    "text": st.one_of(st.none(), st.builds(lambda a, n: f"{a}{n}", _TEXT, st.integers(0, 60))),
+}
+
+
+@st.composite
+def histories(draw: st.DrawFn, kind: str) -> tuple[dict[Key, str], list[dict[Key, str | None]]]:
+    """A first table (key -> value) and batches (key -> new value, or None: deleted)."""
+    keys = _KEYS[kind]
+    first = draw(st.dictionaries(keys, st.text("xyz", max_size=3), max_size=120))
+    first = {k: f"v0-{k}-{v}" + "." * 40 for k, v in first.items()}  # wide enough for several files
+    # Loaded over 1-4 commits: files whose key ranges overlap, or not.
+    loads = draw(st.integers(1, 4))
+    chunk = draw(st.lists(st.integers(0, loads - 1), min_size=len(first), max_size=len(first)))
+    parts = [{k: v for (k, v), c in zip(first.items(), chunk, strict=True) if c == i} for i in range(loads)]
+    batches: list[dict[Key, str | None]] = [dict(p) for p in parts[1:]]
+    for b in range(loads, loads + draw(st.integers(1, 5))):
+        touched = draw(st.lists(keys, max_size=60, unique=True))
+        edits = draw(st.booleans())
+        if first and edits:  # edits of keys the table has
+            touched += draw(st.lists(st.sampled_from(sorted(first, key=repr)), max_size=40, unique=True))
+        gone = draw(st.lists(st.booleans(), min_size=len(touched), max_size=len(touched)))
+        batches.append({k: None if g else f"v{b}-{k}" + "." * 40 for k, g in zip(touched, gone, strict=True)})
+    return parts[0], batches
+
+
+def _rows(kind: str, content: dict[Key, str]) -> pa.Table:
+    typ = pa.int64() if kind == "int" else pa.string()
+    keys = list(content)
+    return pa.table({"k": pa.array(keys, typ), "v": pa.array([content[k] for k in keys], pa.string())})
+
+
+@contextmanager
+def _choice(choose: Callable[..., bool] | None) -> Iterator[None]:
+    """Force the sink's choice between the predicate overwrite and the key-range rewrite."""
+    real = sink_delta._range_is_cheaper
+    sink_delta._range_is_cheaper = choose or real
+    try:
+        yield
+    finally:
+        sink_delta._range_is_cheaper = real
+
+
+_WAYS: dict[str, Callable[..., bool] | None] = {
+    "chosen": None,
+    "predicate": lambda *a: False,
+    "range": lambda *a: True,
+}
+
+
+def _replay(kind: str, way: str, first: dict[Key, str], batches: list[dict[Key, str | None]]) -> int:
+    """Commit ``first``, then each batch, checking the table against the model; the most files seen."""
+    with TemporaryDirectory() as d, _choice(_WAYS[way]):
+        path = Path(d) / "out"
+        store = DeltaRsStore(file_bytes=2048, compact_after=4)  # many small files, compactions
+        model, most = dict(first), 0
+        store.replace_partitions(
+            path, _rows(kind, model), key=["k"], partition_cols=["k"], partitions=None,
+            cut={"s": Cut(0)}, batch=0, app_id="t",
+        )  # fmt: skip
+        for b, batch in enumerate(batches, 1):
+            new = {k: v for k, v in batch.items() if v is not None}
+            model.update(new)
+            for k, v in batch.items():
+                if v is None:
+                    model.pop(k, None)
+            parts: list[list[Any]] = [[k] for k in batch]
+            store.replace_partitions(
+                path, _rows(kind, new), key=["k"], partition_cols=["k"], partitions=parts,
+                cut={"s": Cut(b)}, batch=b, app_id="t",
+            )  # fmt: skip
+            got = store.read(path).to_pylist()
+            keys = [r["k"] for r in got]
+            assert len(keys) == len(set(keys)), f"{way}: a key appears twice after batch {b}"
+            assert {r["k"]: r["v"] for r in got} == model, f"{way}: after batch {b}"
+            assert store.committed_batch(path, "t") == b
+            most = max(most, len(store._current(path).file_uris()))
+        return most
+
+
+@pytest.mark.parametrize("way", list(_WAYS))
+@settings(max_examples=examples(ci=40, thorough=400))
+@given(kind=st.sampled_from(sorted(_KEYS)), data=st.data())
+def test_every_way_of_replacing_partitions_leaves_the_models_rows(way: str, kind: str, data: Any) -> None:
+    first, batches = data.draw(histories(kind), label="history")
+    files = _replay(kind, way, first, batches)
+    event(f"{kind}: {'one file' if files < 2 else 'several files'} after a batch")
+
+
+@pytest.mark.parametrize("way", list(_WAYS))
+def test_the_null_key_and_keys_past_the_table_in_one_batch(way: str) -> None:
+    first: dict[Key, str] = {i: f"v0-{i}" for i in range(30)}
+    _replay("int", way, first, [{None: "v1-None", 500: "v1-500", 3: None}, {None: None, 4: "v2-4", -7: "v2--7"}])
