@@ -75,17 +75,18 @@ def test_predicate_compresses_runs_and_refuses_past_the_limit() -> None:
 
 
 def _files(*files: tuple[int, int | None, int | None]) -> pa.Table:
-    """Add actions as delta-rs flattens them: rows, and the key's min and max, per file."""
-    rows, lows, highs = zip(*files, strict=True)
-    return pa.table({"num_records": rows, "min.id": pa.array(lows, pa.int64()), "max.id": pa.array(highs, pa.int64())})
+    """Add actions as delta-rs flattens them: size, and the key's min and max, per file."""
+    sizes, lows, highs = zip(*files, strict=True)
+    return pa.table({"size_bytes": sizes, "min.id": pa.array(lows, pa.int64()), "max.id": pa.array(highs, pa.int64())})
 
 
 def test_the_key_range_is_rewritten_when_a_predicate_would_cost_more() -> None:
-    """A predicate term costs delta-rs about as much as rewriting TERM_ROWS rows by range."""
-    big = _files(*[(200_000, i * 200_000, (i + 1) * 200_000 - 1) for i in range(5)])  # 1M rows, sorted
-    small = _files((100_000, 0, 99_999))
+    """A predicate term costs delta-rs about as much as rewriting TERM_BYTES of Parquet by range."""
+    mb = 1 << 20
+    big = _files(*[(2 * mb, i * 200_000, (i + 1) * 200_000 - 1) for i in range(5)])  # 10 MB, sorted keys
+    small = _files((mb, 0, 99_999))
     scattered = [[k] for k in range(0, 1_000_000, 5_000)]  # 200 keys, one in every 5,000
-    assert not _range_is_cheaper(big, "id", scattered, 200)  # both rewrite 1M rows; 200 terms are cheap
+    assert not _range_is_cheaper(big, "id", scattered, 200)  # both rewrite 10 MB; 200 terms are cheap
     assert _range_is_cheaper(small, "id", [[k] for k in range(0, 100_000, 50)], 2_000)  # 2,000 terms are not
     assert not _range_is_cheaper(small, "id", [[k] for k in range(0, 100_000, 1_000)], 100)
     assert _range_is_cheaper(big, "id", [[2_000_000], [2_000_005]], 2)  # past every file: nothing to read
@@ -93,7 +94,7 @@ def test_the_key_range_is_rewritten_when_a_predicate_would_cost_more() -> None:
     assert not _range_is_cheaper(big, "id", [[None]], 1)  # only the NULL partition: its predicate
     assert not _range_is_cheaper(big, "id", [[1], ["a"]], 2)  # keys that do not compare
     # No statistics for the key: every file counts as reached by both ways.
-    bare = pa.table({"num_records": [10_000, 20_000]})
+    bare = pa.table({"size_bytes": [100_000, 180_000]})
     assert _range_is_cheaper(bare, "id", [[1], [5]], 100)
     assert not _range_is_cheaper(bare, "id", [[1], [5]], 99)
 

@@ -235,17 +235,18 @@ def _partition_predicate(
     return " OR ".join(ors), len(partitions) * len(cols)
 
 
-#: What a term of an overwrite predicate costs, in rows rewritten by key range: delta-rs spends
-#: about 40 us planning each term (4,000 terms: 0.2 s on a 100k-row table, whatever its size), and
-#: the key-range rewrite about 0.26 us a row (bench/NOTES.md, "Measured: a long overwrite predicate").
-TERM_ROWS = 150
-#: What a row rewritten by delta-rs's own overwrite costs, against one rewritten by key range
-#: (0.12 against 0.26 us: the range rewrite reads its rows into Python first).
-OVERWRITE_ROW_SHARE = 0.5
+#: What a term of an overwrite predicate costs, in Parquet bytes rewritten by key range: delta-rs
+#: spends about 40 us planning each term (4,000 terms: 0.2 s, whatever the table's size), and the
+#: key-range rewrite about 0.26 us a row of 9.4 bytes (bench/NOTES.md, "Measured: a long overwrite
+#: predicate"). In bytes, not rows, so that wide rows make the range rewrite dearer, not larger.
+TERM_BYTES = 1_400
+#: What a byte rewritten by delta-rs's own overwrite costs, against one rewritten by key range
+#: (0.12 against 0.26 us a row: the range rewrite reads its rows into Python first).
+OVERWRITE_BYTE_SHARE = 0.5
 
 
 def _add_actions(table: DeltaTable) -> pa.Table:
-    """The table's files with their row counts and per-column statistics (``min.<col>``, ...)."""
+    """The table's files with their sizes and per-column statistics (``min.<col>``, ...)."""
     return pa.table(table.get_add_actions(flatten=True))
 
 
@@ -256,8 +257,8 @@ def _range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[A
     terms. Estimated from ``files``' key statistics (delta-rs's add actions, flattened): the range
     rewrite reads every file overlapping the range, the overwrite every file whose own range holds
     a key. A file without statistics counts as reached by both. Since the files an overwrite
-    reaches are among those the range overlaps, a range rewrite chosen here reads at most
-    ``TERM_ROWS * terms / (1 - OVERWRITE_ROW_SHARE)`` rows (1.2M at the 4,000-term limit).
+    reaches are among those the range overlaps, a range rewrite chosen here reads files of at most
+    ``TERM_BYTES * terms / (1 - OVERWRITE_BYTE_SHARE)`` bytes (11.2 MB at the 4,000-term limit).
     """
     try:
         present = sorted(p[0] for p in partitions if p[0] is not None)
@@ -266,13 +267,13 @@ def _range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[A
     if not present or files.num_rows == 0:
         return False
     names = set(files.column_names)
-    rows = [n or 0 for n in files.column("num_records").to_pylist()]
-    none = [None] * len(rows)
+    sizes = [n or 0 for n in files.column("size_bytes").to_pylist()]
+    none = [None] * len(sizes)
     lows = files.column(f"min.{col}").to_pylist() if f"min.{col}" in names else none
     highs = files.column(f"max.{col}").to_pylist() if f"max.{col}" in names else none
     lo, hi = present[0], present[-1]
     spanned = reached = 0
-    for n, a, b in zip(rows, lows, highs, strict=True):
+    for n, a, b in zip(sizes, lows, highs, strict=True):
         try:
             if a is None or b is None:
                 overlaps = holds = True
@@ -284,7 +285,7 @@ def _range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[A
             overlaps = holds = True
         spanned += n if overlaps else 0
         reached += n if holds else 0
-    return spanned <= OVERWRITE_ROW_SHARE * reached + TERM_ROWS * terms
+    return spanned <= OVERWRITE_BYTE_SHARE * reached + TERM_BYTES * terms
 
 
 def _hashable(v: Any) -> Any:
