@@ -438,7 +438,8 @@ class DeltaRsStore:
                     self._write(str(path), rows, props, mode="append")
                 return self._version(path)
             if not partitions and not rows.num_rows and table is not None:
-                return self.advance(path, cut=cut, batch=batch, app_id=app_id)  # no predicate selects nothing
+                # Nothing to replace (and no predicate for it): the cut alone.
+                return self.advance(path, cut=cut, batch=batch, app_id=app_id)
             try:
                 predicate: str | None
                 predicate, terms = _partition_predicate(partition_cols, partitions)
@@ -456,12 +457,14 @@ class DeltaRsStore:
             else:
                 how = {} if predicate is None else {"predicate": predicate}  # None: no table yet
                 self._write(str(path) if table is None else table, rows, props, mode="overwrite", **how)
-                if mutated("double-commit") and rows.num_rows:
-                    write_deltalake(str(path), rows, mode="append", commit_properties=props)
+            if mutated("double-commit") and rows.num_rows:
+                write_deltalake(str(path), rows, mode="append", commit_properties=props)
             table = self._current(path)
             version = int(table.version())
             self._maybe_compact(table, cut, batch)
             return version
+        except SinkError:
+            raise
         except Exception as e:  # delta-rs raises its own exception types
             raise SinkError(
                 f"could not commit batch {batch} to Delta table {path}: {e}. Nothing was committed for this "
