@@ -137,6 +137,9 @@ PINNED: dict[str, tuple[str, dict[Key, str], list[dict[Key, str | None]]]] = {
     ),
     # The key-range rewrite kept the old -0.0 row: Arrow's is_in tells it from 0.0.
     "0.0 replaces -0.0": ("float", {-0.0: "v0", 1.5: "v0-1.5", 2.5: "v0-2.5"}, [{0.0: "v1"}]),
+    # Files whose statistics are one zero: pruning must not tell the zeros apart either.
+    "0.0 replaces a file of -0.0": ("float", {-0.0: "v0"}, [{1.0: "v1"}, {0.0: "v2"}]),
+    "-0.0 replaces a file of 0.0": ("float", {0.0: "v0"}, [{1.0: "v1"}, {-0.0: "v2"}]),
 }
 
 
