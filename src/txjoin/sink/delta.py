@@ -556,7 +556,7 @@ class DeltaRsStore:
     def _maybe_compact(self, table: DeltaTable, cut: Mapping[str, Cut], batch: int) -> None:
         from deltalake import CommitProperties
 
-        sizes = table.get_add_actions(flatten=True).column("size_bytes").to_pylist()
+        sizes = _add_actions(table).column("size_bytes").to_pylist()
         if sum(1 for s in sizes if s < self.file_bytes // 2) < self.compact_after:
             return
         props = CommitProperties(custom_metadata={CUT_KEY: _cut_text(cut), BATCH_KEY: str(batch)})
