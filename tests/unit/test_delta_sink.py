@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from txjoin.cut import Cut
-from txjoin.sink.delta import (
-    DICTIONARY_PAGE_BYTES,
+from txjoin.sink.delta import DICTIONARY_PAGE_BYTES, DeltaRsStore
+from txjoin.sink.keys import (
     MAX_PREDICATE_TERMS,
-    DeltaRsStore,
-    _int_runs,
-    _partition_predicate,
-    _range_is_cheaper,
-    _TooLong,
+    NoLiteral,
+    TooLong,
+    files_to_read,
+    int_runs,
+    partition_predicate,
+    range_is_cheaper,
+    sql_literal,
 )
 
 
@@ -52,26 +55,58 @@ def _content(store: DeltaRsStore, path: Path) -> dict[int | None, str]:
 
 
 def test_int_runs_split_consecutive_keys() -> None:
-    assert _int_runs([7, 1, 2, 3, 9, 10, 5, 3]) == ([5, 7, 9, 10], [(1, 3)])
-    assert _int_runs([]) == ([], [])
+    assert int_runs([7, 1, 2, 3, 9, 10, 5, 3]) == ([5, 7, 9, 10], [(1, 3)])
+    assert int_runs([]) == ([], [])
 
 
 def test_predicate_compresses_runs_and_refuses_past_the_limit() -> None:
-    pred, terms = _partition_predicate(["id"], [[i] for i in range(100_000)] + [[None]])
+    pred, terms = partition_predicate(["id"], [[i] for i in range(100_000)] + [[None]])
     assert pred == '("id" >= 0 AND "id" <= 99999) OR "id" IS NULL'
     assert terms == 3
-    assert _partition_predicate(["id"], [[1], [5], [9], [10], [11]]) == (
+    assert partition_predicate(["id"], [[1], [5], [9], [10], [11]]) == (
         '"id" IN (1, 5) OR ("id" >= 9 AND "id" <= 11)',
         4,
     )
-    assert _partition_predicate(["a", "b"], [[1, None], [2, "x"]]) == (
+    assert partition_predicate(["a", "b"], [[1, None], [2, "x"]]) == (
         '("a" = 1 AND "b" IS NULL) OR ("a" = 2 AND "b" = \'x\')',
         4,
     )
-    with pytest.raises(_TooLong):
-        _partition_predicate(["id"], [[2 * i] for i in range(MAX_PREDICATE_TERMS + 1)])
-    with pytest.raises(_TooLong):
-        _partition_predicate(["k"], [[f"s{i}"] for i in range(MAX_PREDICATE_TERMS + 1)])
+    with pytest.raises(TooLong):
+        partition_predicate(["id"], [[2 * i] for i in range(MAX_PREDICATE_TERMS + 1)])
+    with pytest.raises(TooLong):
+        partition_predicate(["k"], [[f"s{i}"] for i in range(MAX_PREDICATE_TERMS + 1)])
+
+
+def test_floats_compare_as_postgresql_does() -> None:
+    """NaN is one key (isnan: nan would be a column's name); -0.0 and 0.0 are one key."""
+    nan, inf = float("nan"), float("inf")
+    assert sql_literal(inf) == "CAST('Infinity' AS DOUBLE)"
+    assert sql_literal(-inf) == "CAST('-Infinity' AS DOUBLE)"
+    assert sql_literal(nan) == "CAST('NaN' AS DOUBLE)"
+    with pytest.raises(NoLiteral):
+        sql_literal(Decimal("NaN"))
+    assert partition_predicate(["k"], [[nan], [1.5], [None]]) == ('"k" IN (1.5) OR isnan("k") OR "k" IS NULL', 3)
+    assert partition_predicate(["k"], [[nan]]) == ('isnan("k")', 1)
+    assert partition_predicate(["a", "b"], [[1, nan], [2, -0.0]]) == (
+        '("a" = 1 AND isnan("b")) OR ("a" = 2 AND "b" IN (0.0, -0.0))',
+        4,
+    )
+    assert not range_is_cheaper(_files((10, 0, 5)), "id", [[nan], [1.0]], 4_000)  # NaN has no place in a range
+
+
+def test_files_to_read_trusts_only_whole_statistics() -> None:
+    files = pa.table({
+        "path": ["a", "b", "c", "d", "e"],
+        "min.k": pa.array([0.0, 10.0, None, 20.0, 30.0]),
+        "max.k": pa.array([5.0, 15.0, None, None, 40.0]),  # c: NaN inside; d: infinity inside
+        "null_count.k": [0, 0, 0, 0, 2],
+    })  # fmt: skip
+    assert files_to_read(files, "k", (1.0, 2.0), nulls=False, nan=False) == ["a", "c", "d"]
+    assert files_to_read(files, "k", (12.0, 12.0), nulls=True, nan=False) == ["b", "c", "d", "e"]
+    assert files_to_read(files, "k", None, nulls=False, nan=False) == ["c", "d"]
+    assert files_to_read(files, "k", (100.0, 200.0), nulls=False, nan=True) == ["a", "b", "c", "d", "e"]
+    assert files_to_read(files, "k", ("x", "y"), nulls=False, nan=False) == ["a", "b", "c", "d", "e"]
+    assert files_to_read(files.select(["path"]), "k", (1.0, 2.0), nulls=False, nan=False) == ["a", "b", "c", "d", "e"]
 
 
 def _files(*files: tuple[int, int | None, int | None]) -> pa.Table:
@@ -86,17 +121,17 @@ def test_the_key_range_is_rewritten_when_a_predicate_would_cost_more() -> None:
     big = _files(*[(2 * mb, i * 200_000, (i + 1) * 200_000 - 1) for i in range(5)])  # 10 MB, sorted keys
     small = _files((mb, 0, 99_999))
     scattered = [[k] for k in range(0, 1_000_000, 5_000)]  # 200 keys, one in every 5,000
-    assert not _range_is_cheaper(big, "id", scattered, 200)  # both rewrite 10 MB; 200 terms are cheap
-    assert _range_is_cheaper(small, "id", [[k] for k in range(0, 100_000, 50)], 2_000)  # 2,000 terms are not
-    assert not _range_is_cheaper(small, "id", [[k] for k in range(0, 100_000, 1_000)], 100)
-    assert _range_is_cheaper(big, "id", [[2_000_000], [2_000_005]], 2)  # past every file: nothing to read
-    assert not _range_is_cheaper(big, "id", [[10], [600_000]], 2)  # the range spans 4 files, the keys 2
-    assert not _range_is_cheaper(big, "id", [[None]], 1)  # only the NULL partition: its predicate
-    assert not _range_is_cheaper(big, "id", [[1], ["a"]], 2)  # keys that do not compare
+    assert not range_is_cheaper(big, "id", scattered, 200)  # both rewrite 10 MB; 200 terms are cheap
+    assert range_is_cheaper(small, "id", [[k] for k in range(0, 100_000, 50)], 2_000)  # 2,000 terms are not
+    assert not range_is_cheaper(small, "id", [[k] for k in range(0, 100_000, 1_000)], 100)
+    assert range_is_cheaper(big, "id", [[2_000_000], [2_000_005]], 2)  # past every file: nothing to read
+    assert not range_is_cheaper(big, "id", [[10], [600_000]], 2)  # the range spans 4 files, the keys 2
+    assert not range_is_cheaper(big, "id", [[None]], 1)  # only the NULL partition: its predicate
+    assert not range_is_cheaper(big, "id", [[1], ["a"]], 2)  # keys that do not compare
     # No statistics for the key: every file counts as reached by both ways.
     bare = pa.table({"size_bytes": [100_000, 180_000]})
-    assert _range_is_cheaper(bare, "id", [[1], [5]], 100)
-    assert not _range_is_cheaper(bare, "id", [[1], [5]], 99)
+    assert range_is_cheaper(bare, "id", [[1], [5]], 100)
+    assert not range_is_cheaper(bare, "id", [[1], [5]], 99)
 
 
 @pytest.mark.parametrize("spread", ["scattered", "consecutive"])

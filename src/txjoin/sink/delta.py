@@ -17,16 +17,15 @@ Each output commit is ONE Delta commit that
 
 from __future__ import annotations
 
-import bisect
-import datetime as dt
 import functools
 import json
+import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,11 +33,24 @@ import pyarrow.parquet as pq
 from txjoin.cut import Cut, cuts_from_json, cuts_to_json
 from txjoin.errors import SinkError
 from txjoin.faults import mutated
+from txjoin.sink.keys import (
+    MAX_PREDICATE_TERMS,
+    NoLiteral,
+    TooLong,
+    equals,
+    files_to_read,
+    hashable,
+    is_nan,
+    partition_predicate,
+    quote_ident,
+    range_is_cheaper,
+    sql_literal,
+)
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable, WriterProperties
 
-__all__ = ["DeltaRsStore", "DeltaStore", "OutputVersion", "sql_literal"]
+__all__ = ["DeltaRsStore", "DeltaStore", "OutputVersion"]
 
 CUT_KEY = "txjoin.cut"
 BATCH_KEY = "txjoin.batch"
@@ -137,168 +149,9 @@ def _file_stats(path: Path, columns: Sequence[str]) -> str:
     return json.dumps(stats)
 
 
-class _NoLiteral(Exception):
-    """A partition value with no SQL literal form (bytes, arrays): rewrite the table instead."""
-
-
-def sql_literal(v: Any) -> str:
-    """A DataFusion SQL literal for a partition value (as Python gives it)."""
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, Decimal):
-        return str(v)
-    if isinstance(v, dt.datetime):
-        if v.tzinfo is not None:
-            v = v.astimezone(dt.UTC).replace(tzinfo=None)
-        return f"CAST('{v.isoformat()}' AS TIMESTAMP)"
-    if isinstance(v, dt.date):
-        return f"CAST('{v.isoformat()}' AS DATE)"
-    if isinstance(v, str):
-        return "'" + v.replace("'", "''") + "'"
-    raise _NoLiteral(type(v).__name__)
-
-
-def _quote(col: str) -> str:
-    return '"' + col.replace('"', '""') + '"'
-
-
-#: delta-rs parses and plans an overwrite predicate recursively: an IN list of
-#: 57,971 keys overflowed a thread's 8 MiB stack and killed the process
-#: (bench.e2e, measured). Above this many terms the batch rewrites a key range
-#: instead (:meth:`DeltaRsStore._rewrite_range`).
-MAX_PREDICATE_TERMS = 4000
-
-
-class _TooLong(Exception):
-    """The partition predicate would exceed :data:`MAX_PREDICATE_TERMS`."""
-
-
-def _int_runs(values: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
-    """Sorted distinct ``values`` as (singletons, runs of >= 3 consecutive integers)."""
-    vs = sorted(set(values))
-    singles: list[int] = []
-    runs: list[tuple[int, int]] = []
-    i = 0
-    while i < len(vs):
-        j = i
-        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
-            j += 1
-        if j - i >= 2:
-            runs.append((vs[i], vs[j]))
-        else:
-            singles.extend(vs[i : j + 1])
-        i = j + 1
-    return singles, runs
-
-
-def _partition_predicate(
-    cols: Sequence[str], partitions: Sequence[Sequence[Any]], prefix: str = ""
-) -> tuple[str, int]:
-    """A predicate selecting exactly ``partitions``, and how many comparisons it makes (delta-rs's
-    cost grows with them); raises :class:`_TooLong` past the limit."""
-    if len(cols) == 1:
-        col = f"{prefix}{_quote(cols[0])}"
-        present = [p[0] for p in partitions if p[0] is not None]
-        terms: list[str] = []
-        count = 0
-        if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-            # Keys inserted together are consecutive: a run costs two comparisons, not n values.
-            singles, runs = _int_runs(present)
-            count = len(singles) + 2 * len(runs)
-            if count > MAX_PREDICATE_TERMS:
-                raise _TooLong
-            if singles:
-                terms.append(f"{col} IN ({', '.join(map(str, singles))})")
-            terms += [f"({col} >= {a} AND {col} <= {b})" for a, b in runs]
-        elif present:
-            listed = list(present)
-            if any(isinstance(v, float) and v == 0 for v in present):
-                # delta-rs's overwrite keeps a file of 0.0 under IN (-0.0, ...) (bench/NOTES.md):
-                # list both zeros, equal to SQL.
-                listed += [0.0, -0.0]
-            count = len(listed)
-            if count > MAX_PREDICATE_TERMS:
-                raise _TooLong
-            terms.append(f"{col} IN ({', '.join(sql_literal(v) for v in listed)})")
-        if len(present) < len(partitions):
-            terms.append(f"{col} IS NULL")  # NULL IN (...) is never true
-            count += 1
-        return " OR ".join(terms), count
-    if len(partitions) * len(cols) > MAX_PREDICATE_TERMS:
-        raise _TooLong
-    ors = []
-    for p in partitions:
-        ands = " AND ".join(
-            f"{prefix}{_quote(c)} IS NULL" if v is None else f"{prefix}{_quote(c)} = {sql_literal(v)}"
-            for c, v in zip(cols, p, strict=True)
-        )
-        ors.append(f"({ands})")
-    return " OR ".join(ors), len(partitions) * len(cols)
-
-
-#: What a term of an overwrite predicate costs, in Parquet bytes rewritten by key range: delta-rs
-#: spends about 40 us planning each term (4,000 terms: 0.2 s, whatever the table's size), and the
-#: key-range rewrite about 0.26 us a row of 9.4 bytes (bench/NOTES.md, "Measured: a long overwrite
-#: predicate"). In bytes, not rows, so that wide rows make the range rewrite dearer, not larger.
-TERM_BYTES = 1_400
-#: What a byte rewritten by delta-rs's own overwrite costs, against one rewritten by key range
-#: (0.12 against 0.26 us a row: the range rewrite reads its rows into Python first).
-OVERWRITE_BYTE_SHARE = 0.5
-
-
 def _add_actions(table: DeltaTable) -> pa.Table:
     """The table's files with their sizes and per-column statistics (``min.<col>``, ...)."""
     return pa.table(table.get_add_actions(flatten=True))
-
-
-def _range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[Any]], terms: int) -> bool:
-    """Whether rewriting the key range ``partitions`` span costs less than overwriting them by predicate.
-
-    Both are copy-on-write of the files they reach; the predicate's planning also grows with its
-    terms. Estimated from ``files``' key statistics (delta-rs's add actions, flattened): the range
-    rewrite reads every file overlapping the range, the overwrite every file whose own range holds
-    a key. A file without statistics counts as reached by both. Since the files an overwrite
-    reaches are among those the range overlaps, a range rewrite chosen here reads files of at most
-    ``TERM_BYTES * terms / (1 - OVERWRITE_BYTE_SHARE)`` bytes (11.2 MB at the 4,000-term limit).
-    """
-    try:
-        present = sorted(p[0] for p in partitions if p[0] is not None)
-    except TypeError:  # mixed types: nothing to compare with the statistics
-        return False
-    if not present or files.num_rows == 0:
-        return False
-    names = set(files.column_names)
-    sizes = [n or 0 for n in files.column("size_bytes").to_pylist()]
-    none = [None] * len(sizes)
-    lows = files.column(f"min.{col}").to_pylist() if f"min.{col}" in names else none
-    highs = files.column(f"max.{col}").to_pylist() if f"max.{col}" in names else none
-    lo, hi = present[0], present[-1]
-    spanned = reached = 0
-    for n, a, b in zip(sizes, lows, highs, strict=True):
-        try:
-            if a is None or b is None:
-                overlaps = holds = True
-            else:
-                overlaps = not (b < lo or a > hi)
-                i = bisect.bisect_left(present, a)
-                holds = i < len(present) and present[i] <= b
-        except TypeError:  # statistics of another type than the keys (time zones)
-            overlaps = holds = True
-        spanned += n if overlaps else 0
-        reached += n if holds else 0
-    return spanned <= OVERWRITE_BYTE_SHARE * reached + TERM_BYTES * terms
-
-
-def _hashable(v: Any) -> Any:
-    if isinstance(v, list | tuple):
-        return tuple(_hashable(x) for x in v)
-    if isinstance(v, dict):
-        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
-    return v
 
 
 def _sorted(rows: pa.Table, cols: Sequence[str]) -> pa.Table:
@@ -347,7 +200,7 @@ class DeltaRsStore:
     (bench/RESULTS.md). delta-rs plans each term of that predicate at some
     cost (about 40 us), so a batch of many scattered keys rewrites the key
     range they span instead when the files' statistics say that is cheaper
-    (:func:`_range_is_cheaper`). Partition values without a literal form
+    (:func:`range_is_cheaper`). Partition values without a literal form
     (bytes, arrays) fall back to rewriting the table.
 
     Every ``compact_after`` small files, they are compacted into files of
@@ -447,16 +300,16 @@ class DeltaRsStore:
                 return self.advance(path, cut=cut, batch=batch, app_id=app_id)
             try:
                 predicate: str | None
-                predicate, terms = _partition_predicate(partition_cols, partitions)
-            except _NoLiteral:
+                predicate, terms = partition_predicate(partition_cols, partitions)
+            except NoLiteral:
                 return self._rewrite_all(path, rows, partition_cols, partitions, props)
-            except _TooLong:
+            except TooLong:
                 if len(partition_cols) != 1:
                     return self._rewrite_all(path, rows, partition_cols, partitions, props)
                 predicate, terms = None, MAX_PREDICATE_TERMS + 1
             col = partition_cols[0] if len(partition_cols) == 1 else None
             if col is not None and table is not None and (
-                predicate is None or _range_is_cheaper(_add_actions(table), col, partitions, terms)
+                predicate is None or range_is_cheaper(_add_actions(table), col, partitions, terms)
             ):
                 self._rewrite_range(path, rows, col, partitions, props)
             else:
@@ -490,25 +343,37 @@ class DeltaRsStore:
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
-        present = [p[0] for p in partitions if p[0] is not None]
-        dataset = self._current(path).to_pyarrow_dataset()
-        field = dataset.schema.field(col)
-        terms, where = [], None
+        keys = [p[0] for p in partitions if p[0] is not None]
+        present = [v for v in keys if not is_nan(v)]
+        table = self._current(path)
+        schema = pa.schema(table.schema().to_arrow())
+        typ, q, k = schema.field(col).type, quote_ident(col), ds.field(col)
+        terms, where, bounds = [], None, None
         if present:
             lo, hi = min(present), max(present)
-            terms.append(f"({_quote(col)} >= {sql_literal(lo)} AND {_quote(col)} <= {sql_literal(hi)})")
-            low, high = pa.scalar(lo, field.type), pa.scalar(hi, field.type)
-            where = (ds.field(col) >= low) & (ds.field(col) <= high)
-        if len(present) < len(partitions):
-            terms.append(f"{_quote(col)} IS NULL")
-            where = ds.field(col).is_null() if where is None else where | ds.field(col).is_null()
-        old = dataset.to_table(filter=where)
-        values, wanted = old.column(col), pa.array(present, field.type)
-        if pa.types.is_floating(field.type):  # is_in tells -0.0 from 0.0, the predicate does not
+            if isinstance(lo, float) and lo == 0:  # statistics order -0.0 below 0.0: span both
+                lo = -0.0
+            if isinstance(hi, float) and hi == 0:
+                hi = 0.0
+            bounds = (lo, hi)
+            terms.append(f"({q} >= {sql_literal(lo)} AND {q} <= {sql_literal(hi)})")
+            where = (k >= pa.scalar(lo, typ)) & (k <= pa.scalar(hi, typ))
+        nan, nulls = len(present) < len(keys), len(keys) < len(partitions)
+        if nan:
+            terms.append(equals(q, math.nan))
+            where = k.is_nan() if where is None else where | k.is_nan()
+        if nulls:
+            terms.append(f"{q} IS NULL")
+            where = k.is_null() if where is None else where | k.is_null()
+        # Not delta-rs's pyarrow dataset: it drops files whose statistics are NULL (see files_to_read).
+        files = [str(path / unquote(f)) for f in files_to_read(_add_actions(table), col, bounds, nulls, nan)]
+        old = ds.dataset(files, schema=schema, format="parquet").to_table(filter=where)
+        values, wanted = old.column(col), pa.array(keys, typ)  # is_in finds NaN by NaN
+        if pa.types.is_floating(typ):  # is_in tells -0.0 from 0.0, the predicate does not
             values, wanted = pc.add(values, 0.0), pc.add(wanted, 0.0)
         replaced = pc.is_in(values, value_set=wanted)
         keep = pc.invert(pc.fill_null(replaced, False))
-        if len(present) < len(partitions):
+        if nulls:
             keep = pc.and_(keep, pc.invert(pc.is_null(old.column(col))))
         return self._write_kept(path, old.filter(keep), rows, [col], props, " OR ".join(terms))
 
@@ -525,9 +390,9 @@ class DeltaRsStore:
         Slow (the whole table), but exact; such partition keys are rare.
         """
         old = self._current(path).to_pyarrow_table()
-        wanted = {_hashable(tuple(p)) for p in partitions}
+        wanted = {hashable(tuple(p)) for p in partitions}
         cols = old.select(list(partition_cols)).to_pylist()
-        keep = pa.array([_hashable(tuple(r.values())) not in wanted for r in cols], type=pa.bool_())
+        keep = pa.array([hashable(tuple(r.values())) not in wanted for r in cols], type=pa.bool_())
         return self._write_kept(path, old.filter(keep), rows, partition_cols, props, None)
 
     def _write_kept(
@@ -548,6 +413,12 @@ class DeltaRsStore:
         """Every data write of the sink: files of ``file_bytes``, with :func:`_writer_properties`."""
         from deltalake import write_deltalake
 
+        if how.get("predicate"):
+            # delta-rs keeps a rewritten file's rows where the predicate is not true, skipping row
+            # groups whose statistics say none is. Parquet's statistics leave NaN out, so a row
+            # group of -2.0 and NaN was dropped whole under "k = -2.0" (bench/NOTES.md). IS TRUE
+            # stops that skipping, not the choice of files, and halves the planning of long lists.
+            how["predicate"] = f"({how['predicate']}) IS TRUE"
         write_deltalake(
             target, rows, target_file_size=self.file_bytes, writer_properties=_writer_properties(),
             commit_properties=props, **how,

@@ -1,0 +1,253 @@
+"""Which rows a batch replaces: SQL predicates over an output's partition keys, and which files they reach.
+
+Pure functions over Python values and delta-rs's file statistics, used by
+:mod:`txjoin.sink.delta`. Keys compare as PostgreSQL's ``=`` does: -0.0 and 0.0
+are one key, and so are two NaNs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import math
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = [
+    "MAX_PREDICATE_TERMS",
+    "OVERWRITE_BYTE_SHARE",
+    "TERM_BYTES",
+    "NoLiteral",
+    "TooLong",
+    "equals",
+    "files_to_read",
+    "hashable",
+    "is_nan",
+    "partition_predicate",
+    "quote_ident",
+    "range_is_cheaper",
+    "sql_literal",
+]
+
+
+class NoLiteral(Exception):
+    """A partition value with no SQL literal form (bytes, arrays): rewrite the table instead."""
+
+
+def sql_literal(v: Any) -> str:
+    """A DataFusion SQL literal for a partition value (as Python gives it)."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and not math.isfinite(v):  # repr's nan and inf are column names to DataFusion
+        return f"CAST('{'NaN' if math.isnan(v) else 'Infinity' if v > 0 else '-Infinity'}' AS DOUBLE)"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, Decimal):
+        if not v.is_finite():
+            raise NoLiteral(f"numeric {v}")
+        return str(v)
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.UTC).replace(tzinfo=None)
+        return f"CAST('{v.isoformat()}' AS TIMESTAMP)"
+    if isinstance(v, dt.date):
+        return f"CAST('{v.isoformat()}' AS DATE)"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    raise NoLiteral(type(v).__name__)
+
+
+def quote_ident(col: str) -> str:
+    return '"' + col.replace('"', '""') + '"'
+
+
+def is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def equals(col: str, v: Any) -> str:
+    """``col`` equal to the non-NULL ``v`` as PostgreSQL's ``=`` means it."""
+    if is_nan(v):
+        return f"isnan({col})"  # DataFusion's NaN = NaN is false
+    if isinstance(v, float) and v == 0:
+        return f"{col} IN (0.0, -0.0)"  # file statistics tell the zeros apart
+    return f"{col} = {sql_literal(v)}"
+
+
+#: delta-rs parses and plans an overwrite predicate recursively: an IN list of
+#: 57,971 keys overflowed a thread's 8 MiB stack and killed the process
+#: (bench.e2e, measured). Above this many terms the batch rewrites a key range
+#: instead (:meth:`DeltaRsStore._rewrite_range`).
+MAX_PREDICATE_TERMS = 4000
+
+
+class TooLong(Exception):
+    """The partition predicate would exceed :data:`MAX_PREDICATE_TERMS`."""
+
+
+def int_runs(values: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """Sorted distinct ``values`` as (singletons, runs of >= 3 consecutive integers)."""
+    vs = sorted(set(values))
+    singles: list[int] = []
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(vs):
+        j = i
+        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
+            j += 1
+        if j - i >= 2:
+            runs.append((vs[i], vs[j]))
+        else:
+            singles.extend(vs[i : j + 1])
+        i = j + 1
+    return singles, runs
+
+
+def partition_predicate(
+    cols: Sequence[str], partitions: Sequence[Sequence[Any]], prefix: str = ""
+) -> tuple[str, int]:
+    """A predicate selecting exactly ``partitions``, and how many comparisons it makes (delta-rs's
+    cost grows with them); raises :class:`TooLong` past the limit."""
+    if len(cols) == 1:
+        col = f"{prefix}{quote_ident(cols[0])}"
+        present = [p[0] for p in partitions if p[0] is not None]
+        terms: list[str] = []
+        count = 0
+        if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            # Keys inserted together are consecutive: a run costs two comparisons, not n values.
+            singles, runs = int_runs(present)
+            count = len(singles) + 2 * len(runs)
+            if count > MAX_PREDICATE_TERMS:
+                raise TooLong
+            if singles:
+                terms.append(f"{col} IN ({', '.join(map(str, singles))})")
+            terms += [f"({col} >= {a} AND {col} <= {b})" for a, b in runs]
+        elif present:
+            listed = [v for v in present if not is_nan(v)]
+            nan = len(listed) < len(present)
+            if any(isinstance(v, float) and v == 0 for v in present):
+                # delta-rs's overwrite keeps a file of 0.0 under IN (-0.0, ...) (bench/NOTES.md):
+                # list both zeros, equal to SQL.
+                listed += [0.0, -0.0]
+            count = len(listed) + nan
+            if count > MAX_PREDICATE_TERMS:
+                raise TooLong
+            if listed:
+                terms.append(f"{col} IN ({', '.join(sql_literal(v) for v in listed)})")
+            if nan:
+                terms.append(equals(col, math.nan))
+        if len(present) < len(partitions):
+            terms.append(f"{col} IS NULL")  # NULL IN (...) is never true
+            count += 1
+        return " OR ".join(terms), count
+    if len(partitions) * len(cols) > MAX_PREDICATE_TERMS:
+        raise TooLong
+    ors = []
+    for p in partitions:
+        ands = " AND ".join(
+            f"{prefix}{quote_ident(c)} IS NULL" if v is None else equals(f"{prefix}{quote_ident(c)}", v)
+            for c, v in zip(cols, p, strict=True)
+        )
+        ors.append(f"({ands})")
+    return " OR ".join(ors), len(partitions) * len(cols)
+
+
+#: What a term of an overwrite predicate costs, in Parquet bytes rewritten by key range: delta-rs
+#: spends about 40 us planning each term (4,000 terms: 0.2 s, whatever the table's size), and the
+#: key-range rewrite about 0.26 us a row of 9.4 bytes (bench/NOTES.md, "Measured: a long overwrite
+#: predicate"). In bytes, not rows, so that wide rows make the range rewrite dearer, not larger.
+TERM_BYTES = 1_400
+#: What a byte rewritten by delta-rs's own overwrite costs, against one rewritten by key range
+#: (0.12 against 0.26 us a row: the range rewrite reads its rows into Python first).
+OVERWRITE_BYTE_SHARE = 0.5
+
+
+def range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[Any]], terms: int) -> bool:
+    """Whether rewriting the key range ``partitions`` span costs less than overwriting them by predicate.
+
+    Both are copy-on-write of the files they reach; the predicate's planning also grows with its
+    terms. Estimated from ``files``' key statistics (delta-rs's add actions, flattened): the range
+    rewrite reads every file overlapping the range, the overwrite every file whose own range holds
+    a key. A file without statistics counts as reached by both. Since the files an overwrite
+    reaches are among those the range overlaps, a range rewrite chosen here reads files of at most
+    ``TERM_BYTES * terms / (1 - OVERWRITE_BYTE_SHARE)`` bytes (11.2 MB at the 4,000-term limit).
+    """
+    try:
+        present = sorted(p[0] for p in partitions if p[0] is not None)
+    except TypeError:  # mixed types: nothing to compare with the statistics
+        return False
+    if any(is_nan(v) for v in present):  # unordered; a file holding NaN has no statistics
+        return False
+    if not present or files.num_rows == 0:
+        return False
+    names = set(files.column_names)
+    sizes = [n or 0 for n in files.column("size_bytes").to_pylist()]
+    none = [None] * len(sizes)
+    lows = files.column(f"min.{col}").to_pylist() if f"min.{col}" in names else none
+    highs = files.column(f"max.{col}").to_pylist() if f"max.{col}" in names else none
+    lo, hi = present[0], present[-1]
+    spanned = reached = 0
+    for n, a, b in zip(sizes, lows, highs, strict=True):
+        try:
+            if a is None or b is None:
+                overlaps = holds = True
+            else:
+                overlaps = not (b < lo or a > hi)
+                i = bisect.bisect_left(present, a)
+                holds = i < len(present) and present[i] <= b
+        except TypeError:  # statistics of another type than the keys (time zones)
+            overlaps = holds = True
+        spanned += n if overlaps else 0
+        reached += n if holds else 0
+    return spanned <= OVERWRITE_BYTE_SHARE * reached + TERM_BYTES * terms
+
+
+def files_to_read(
+    files: pa.Table, col: str, bounds: tuple[Any, Any] | None, nulls: bool, nan: bool
+) -> list[str]:
+    """The files (``path`` of delta-rs's add actions) that may hold a key in ``bounds`` (inclusive),
+    a NULL key (``nulls``) or a NaN key (``nan``).
+
+    A file whose statistics are missing may hold anything. delta-rs writes none for a float column
+    holding NaN, and no maximum for one holding infinity (JSON has neither), and its own pyarrow
+    dataset then prunes such a file as if it held no rows, so the sink chooses here instead.
+    """
+    names = set(files.column_names)
+    paths: list[str] = files.column("path").to_pylist()
+    if nan:  # NaN sorts nowhere: read every file rather than trust the statistics
+        return paths
+    none = [None] * len(paths)
+    lows = files.column(f"min.{col}").to_pylist() if f"min.{col}" in names else none
+    highs = files.column(f"max.{col}").to_pylist() if f"max.{col}" in names else none
+    counts = files.column(f"null_count.{col}").to_pylist() if f"null_count.{col}" in names else none
+    chosen = []
+    for p, a, b, n in zip(paths, lows, highs, counts, strict=True):
+        if a is None or b is None or (nulls and (n is None or n > 0)):
+            chosen.append(p)
+            continue
+        if bounds is None:
+            continue
+        try:
+            if not (b < bounds[0] or a > bounds[1]):
+                chosen.append(p)
+        except TypeError:  # statistics of another type than the keys (time zones)
+            chosen.append(p)
+    return chosen
+
+
+_NAN = object()
+
+
+def hashable(v: Any) -> Any:
+    if is_nan(v):
+        return _NAN  # one key, as in PostgreSQL; float('nan') != float('nan')
+    if isinstance(v, list | tuple):
+        return tuple(hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, hashable(x)) for k, x in v.items()))
+    return v
