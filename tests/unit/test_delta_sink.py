@@ -25,6 +25,7 @@ import pytest
 from txjoin.cut import Cut
 from txjoin.sink.delta import DICTIONARY_PAGE_BYTES, DeltaRsStore
 from txjoin.sink.keys import (
+    IS_TRUE_TERMS,
     MAX_PREDICATE_TERMS,
     TERM_BYTES,
     NoLiteral,
@@ -72,6 +73,10 @@ def test_predicate_compresses_runs_and_refuses_past_the_limit() -> None:
         '("a" = 1 AND "b" IS NULL) OR ("a" = 2 AND "b" = \'x\')',
         4,
     )
+    # Long predicates too, where IS TRUE plans faster.
+    pred, terms = partition_predicate(["id"], [[2 * i] for i in range(IS_TRUE_TERMS)])
+    assert (terms, pred[:9], pred[-9:]) == (IS_TRUE_TERMS, '("id" IN ', ") IS TRUE")
+    assert not partition_predicate(["id"], [[2 * i] for i in range(IS_TRUE_TERMS - 1)])[0].endswith("IS TRUE")
     with pytest.raises(TooLong):
         partition_predicate(["id"], [[2 * i] for i in range(MAX_PREDICATE_TERMS + 1)])
     with pytest.raises(TooLong):
@@ -86,12 +91,17 @@ def test_floats_compare_as_postgresql_does() -> None:
     assert sql_literal(nan) == "CAST('NaN' AS DOUBLE)"
     with pytest.raises(NoLiteral):
         sql_literal(Decimal("NaN"))
-    assert partition_predicate(["k"], [[nan], [1.5], [None]]) == ('"k" IN (1.5) OR isnan("k") OR "k" IS NULL', 3)
-    assert partition_predicate(["k"], [[nan]]) == ('isnan("k")', 1)
+    # Floating-point keys are matched under IS TRUE: Parquet's statistics leave NaN out.
+    assert partition_predicate(["k"], [[nan], [1.5], [None]]) == (
+        '("k" IN (1.5) OR isnan("k") OR "k" IS NULL) IS TRUE',
+        3,
+    )
+    assert partition_predicate(["k"], [[nan]]) == ('(isnan("k")) IS TRUE', 1)
     assert partition_predicate(["a", "b"], [[1, nan], [2, -0.0]]) == (
-        '("a" = 1 AND isnan("b")) OR ("a" = 2 AND "b" IN (0.0, -0.0))',
+        '(("a" = 1 AND isnan("b")) OR ("a" = 2 AND "b" IN (0.0, -0.0))) IS TRUE',
         4,
     )
+    assert partition_predicate(["a", "b"], [[1, None]]) == ('("a" = 1 AND "b" IS NULL)', 2)
     assert not range_is_cheaper(_files((10, 0, 5)), "id", [[nan], [1.0]], 4_000)  # NaN has no place in a range
 
 

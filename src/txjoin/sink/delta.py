@@ -41,6 +41,7 @@ from txjoin.sink.keys import (
     files_to_read,
     hashable,
     is_nan,
+    overwrite_predicate,
     partition_predicate,
     quote_ident,
     range_is_cheaper,
@@ -375,7 +376,8 @@ class DeltaRsStore:
         keep = pc.invert(pc.fill_null(replaced, False))
         if nulls:
             keep = pc.and_(keep, pc.invert(pc.is_null(old.column(col))))
-        return self._write_kept(path, old.filter(keep), rows, [col], props, " OR ".join(terms))
+        predicate = overwrite_predicate(" OR ".join(terms), len(terms), keys)
+        return self._write_kept(path, old.filter(keep), rows, [col], props, predicate)
 
     def _rewrite_all(
         self,
@@ -413,12 +415,6 @@ class DeltaRsStore:
         """Every data write of the sink: files of ``file_bytes``, with :func:`_writer_properties`."""
         from deltalake import write_deltalake
 
-        if how.get("predicate"):
-            # delta-rs keeps a rewritten file's rows where the predicate is not true, skipping row
-            # groups whose statistics say none is. Parquet's statistics leave NaN out, so a row
-            # group of -2.0 and NaN was dropped whole under "k = -2.0" (bench/NOTES.md). IS TRUE
-            # stops that skipping, not the choice of files, and halves the planning of long lists.
-            how["predicate"] = f"({how['predicate']}) IS TRUE"
         write_deltalake(
             target, rows, target_file_size=self.file_bytes, writer_properties=_writer_properties(),
             commit_properties=props, **how,

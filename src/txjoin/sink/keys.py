@@ -26,6 +26,7 @@ __all__ = [
     "files_to_read",
     "hashable",
     "is_nan",
+    "overwrite_predicate",
     "partition_predicate",
     "quote_ident",
     "range_is_cheaper",
@@ -108,6 +109,26 @@ def int_runs(values: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
     return singles, runs
 
 
+#: From this many terms an overwrite predicate is written as ``(...) IS TRUE``, which delta-rs
+#: plans in about 25 us a term against 40 us, but which costs about 10 ms more for a few terms
+#: (bench/NOTES.md, "Fixed: NaN and infinite float keys").
+IS_TRUE_TERMS = 100
+
+
+def overwrite_predicate(predicate: str, terms: int, values: Sequence[Any]) -> str:
+    """``predicate`` as delta-rs should overwrite by, for keys ``values`` (NULLs included).
+
+    delta-rs keeps a rewritten file's rows where the predicate is not true, and skips row groups
+    whose Parquet statistics say none is. Those statistics leave NaN out, so a row group of -2.0
+    and NaN was dropped whole under ``k = -2.0``. ``(P) IS TRUE`` turns that skipping off (not the
+    choice of files); it is used for floating-point keys, and for long predicates, where it is
+    also faster.
+    """
+    if terms >= IS_TRUE_TERMS or any(isinstance(v, float) for v in values):
+        return f"({predicate}) IS TRUE"
+    return predicate
+
+
 def partition_predicate(
     cols: Sequence[str], partitions: Sequence[Sequence[Any]], prefix: str = ""
 ) -> tuple[str, int]:
@@ -144,7 +165,7 @@ def partition_predicate(
         if len(present) < len(partitions):
             terms.append(f"{col} IS NULL")  # NULL IN (...) is never true
             count += 1
-        return " OR ".join(terms), count
+        return overwrite_predicate(" OR ".join(terms), count, present), count
     if len(partitions) * len(cols) > MAX_PREDICATE_TERMS:
         raise TooLong
     ors = []
@@ -154,7 +175,8 @@ def partition_predicate(
             for c, v in zip(cols, p, strict=True)
         )
         ors.append(f"({ands})")
-    return " OR ".join(ors), len(partitions) * len(cols)
+    n = len(partitions) * len(cols)
+    return overwrite_predicate(" OR ".join(ors), n, [v for p in partitions for v in p]), n
 
 
 #: What a term of an overwrite predicate costs, in Parquet bytes rewritten by key range: delta-rs
