@@ -27,7 +27,6 @@ from txjoin.sink.delta import DICTIONARY_PAGE_BYTES, DeltaRsStore
 from txjoin.sink.keys import (
     IS_TRUE_TERMS,
     MAX_PREDICATE_TERMS,
-    TERM_BYTES,
     NoLiteral,
     TooLong,
     files_to_read,
@@ -141,9 +140,8 @@ def test_the_key_range_is_rewritten_when_a_predicate_would_cost_more() -> None:
     assert not range_is_cheaper(big, "id", [[1], ["a"]], 2)  # keys that do not compare
     # No statistics for the key: every file counts as reached by both ways.
     bare = pa.table({"size_bytes": [100_000, 180_000]})
-    even = 140_000 // TERM_BYTES  # terms that pay for rewriting the other half
-    assert range_is_cheaper(bare, "id", [[1], [5]], even)
-    assert not range_is_cheaper(bare, "id", [[1], [5]], even - 1)
+    assert range_is_cheaper(bare, "id", [[1], [5]], 100)
+    assert not range_is_cheaper(bare, "id", [[1], [5]], 99)
 
 
 @pytest.mark.parametrize("spread", ["scattered", "consecutive"])

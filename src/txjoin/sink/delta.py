@@ -199,7 +199,7 @@ class DeltaRsStore:
     holding changed partitions are rewritten. Measured on 1M output rows,
     200 partitions: 0.04 s, against 0.25 s for the equivalent MERGE
     (bench/RESULTS.md). delta-rs plans each term of that predicate at some
-    cost (about 25 us), so a batch of many scattered keys rewrites the key
+    cost (about 40 us), so a batch of many scattered keys rewrites the key
     range they span instead when the files' statistics say that is cheaper
     (:func:`range_is_cheaper`). Partition values without a literal form
     (bytes, arrays) fall back to rewriting the table.

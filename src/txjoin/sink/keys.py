@@ -180,10 +180,12 @@ def partition_predicate(
 
 
 #: What a term of an overwrite predicate costs, in Parquet bytes rewritten by key range: delta-rs
-#: spends about 25 us planning each term of ``(...) IS TRUE`` (40 us bare), whatever the table's
-#: size, and the key-range rewrite about 0.26 us a row of 9.4 bytes (bench/NOTES.md, "Measured: a
-#: long overwrite predicate"). In bytes, not rows, so that wide rows make the range rewrite dearer.
-TERM_BYTES = 700
+#: spends about 40 us planning each term (4,000 terms: 0.2 s, whatever the table's size), and the
+#: key-range rewrite about 0.26 us a row of 9.4 bytes (bench/NOTES.md, "Measured: a long overwrite
+#: predicate"). In bytes, not rows, so that wide rows make the range rewrite dearer, not larger.
+#: Under IS TRUE a term costs about 25 us, but 700 here chose the predicate for bench.join's recent
+#: batches at 0.06 s, against 0.035 s by range: the choice stays at 1,400.
+TERM_BYTES = 1_400
 #: What a byte rewritten by delta-rs's own overwrite costs, against one rewritten by key range
 #: (0.12 against 0.26 us a row: the range rewrite reads its rows into Python first).
 OVERWRITE_BYTE_SHARE = 0.5
@@ -197,7 +199,7 @@ def range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[An
     rewrite reads every file overlapping the range, the overwrite every file whose own range holds
     a key. A file without statistics counts as reached by both. Since the files an overwrite
     reaches are among those the range overlaps, a range rewrite chosen here reads files of at most
-    ``TERM_BYTES * terms / (1 - OVERWRITE_BYTE_SHARE)`` bytes (5.6 MB at the 4,000-term limit).
+    ``TERM_BYTES * terms / (1 - OVERWRITE_BYTE_SHARE)`` bytes (11.2 MB at the 4,000-term limit).
     """
     try:
         present = sorted(p[0] for p in partitions if p[0] is not None)
