@@ -309,10 +309,11 @@ class DeltaRsStore:
                     return self._rewrite_all(path, rows, partition_cols, partitions, props)
                 predicate, terms = None, MAX_PREDICATE_TERMS + 1
             col = partition_cols[0] if len(partition_cols) == 1 else None
-            if col is not None and table is not None and (
-                predicate is None or range_is_cheaper(_add_actions(table), col, partitions, terms)
+            files = None if col is None or table is None else _add_actions(table)  # 7 ms at 36 files
+            if col is not None and table is not None and files is not None and (
+                predicate is None or range_is_cheaper(files, col, partitions, terms)
             ):
-                self._rewrite_range(path, rows, col, partitions, props)
+                self._rewrite_range(path, table, files, rows, col, partitions, props)
             else:
                 how = {} if predicate is None else {"predicate": predicate}  # None: no table yet
                 self._write(str(path) if table is None else table, rows, props, mode="overwrite", **how)
@@ -333,9 +334,18 @@ class DeltaRsStore:
             ) from e
 
     def _rewrite_range(
-        self, path: Path, rows: pa.Table, col: str, partitions: Sequence[Sequence[Any]], props: Any
+        self,
+        path: Path,
+        table: DeltaTable,
+        files: pa.Table,
+        rows: pa.Table,
+        col: str,
+        partitions: Sequence[Sequence[Any]],
+        props: Any,
     ) -> int:
         """Replace many partitions by rewriting the key range they span, in one commit.
+
+        ``files`` are ``table``'s add actions (:func:`_add_actions`), read at the same version.
 
         The overwrite's predicate is two comparisons (plus IS NULL); the range's
         rows that are not replaced are read and written back. Costs the range,
@@ -346,7 +356,6 @@ class DeltaRsStore:
 
         keys = [p[0] for p in partitions if p[0] is not None]
         present = [v for v in keys if not is_nan(v)]
-        table = self._current(path)
         schema = pa.schema(table.schema().to_arrow())
         typ, q, k = schema.field(col).type, quote_ident(col), ds.field(col)
         terms, where, bounds = [], None, None
@@ -367,8 +376,8 @@ class DeltaRsStore:
             terms.append(f"{q} IS NULL")
             where = k.is_null() if where is None else where | k.is_null()
         # Not delta-rs's pyarrow dataset: it drops files whose statistics are NULL (see files_to_read).
-        files = [str(path / unquote(f)) for f in files_to_read(_add_actions(table), col, bounds, nulls, nan)]
-        old = ds.dataset(files, schema=schema, format="parquet").to_table(filter=where)
+        read = [str(path / unquote(f)) for f in files_to_read(files, col, bounds, nulls, nan)]
+        old = ds.dataset(read, schema=schema, format="parquet").to_table(filter=where)
         values, wanted = old.column(col), pa.array(keys, typ)  # is_in finds NaN by NaN
         if pa.types.is_floating(typ):  # is_in tells -0.0 from 0.0, the predicate does not
             values, wanted = pc.add(values, 0.0), pc.add(wanted, 0.0)
