@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from txjoin.cut import Cut, cuts_from_json, cuts_to_json
 from txjoin.errors import SinkError
 from txjoin.faults import mutated
+from txjoin.pg.names import quote_ident
 from txjoin.sink.keys import (
     MAX_PREDICATE_TERMS,
     NoLiteral,
@@ -43,7 +44,6 @@ from txjoin.sink.keys import (
     is_nan,
     overwrite_predicate,
     partition_predicate,
-    quote_ident,
     range_is_cheaper,
     sql_literal,
 )

@@ -16,6 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from txjoin.pg.names import quote_ident
+
 __all__ = [
     "MAX_PREDICATE_TERMS",
     "OVERWRITE_BYTE_SHARE",
@@ -28,7 +30,6 @@ __all__ = [
     "is_nan",
     "overwrite_predicate",
     "partition_predicate",
-    "quote_ident",
     "range_is_cheaper",
     "sql_literal",
 ]
@@ -61,10 +62,6 @@ def sql_literal(v: Any) -> str:
     if isinstance(v, str):
         return "'" + v.replace("'", "''") + "'"
     raise NoLiteral(type(v).__name__)
-
-
-def quote_ident(col: str) -> str:
-    return '"' + col.replace('"', '""') + '"'
 
 
 def is_nan(v: Any) -> bool:
