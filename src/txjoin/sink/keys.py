@@ -107,9 +107,10 @@ def int_runs(values: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
 
 
 #: From this many terms an overwrite predicate is written as ``(...) IS TRUE``, which delta-rs
-#: plans in about 25 us a term against 40 us, but which costs about 10 ms more for a few terms
-#: (bench/NOTES.md, "Fixed: NaN and infinite float keys").
-IS_TRUE_TERMS = 100
+#: plans in about 25 us a term against 40 us, but which costs about 10 ms more for a few terms,
+#: and 0.002-0.012 s more on bench.join's uniform batches of 200 (bench/NOTES.md, "Fixed: NaN
+#: and infinite float keys"); at 500 it saved 0.1-0.16 s.
+IS_TRUE_TERMS = 500
 
 
 def overwrite_predicate(predicate: str, terms: int, values: Sequence[Any]) -> str:
