@@ -309,7 +309,8 @@ class DeltaRsStore:
                     return self._rewrite_all(path, rows, partition_cols, partitions, props)
                 predicate, terms = None, MAX_PREDICATE_TERMS + 1
             col = partition_cols[0] if len(partition_cols) == 1 else None
-            files = None if col is None or table is None else _add_actions(table)  # 7 ms at 36 files
+            # Read once, for the choice and the range rewrite.
+            files = None if col is None or table is None else _add_actions(table)
             if col is not None and table is not None and files is not None and (
                 predicate is None or range_is_cheaper(files, col, partitions, terms)
             ):

@@ -128,12 +128,12 @@ def overwrite_predicate(predicate: str, terms: int, values: Sequence[Any]) -> st
 
 
 def partition_predicate(
-    cols: Sequence[str], partitions: Sequence[Sequence[Any]], prefix: str = ""
+    cols: Sequence[str], partitions: Sequence[Sequence[Any]]
 ) -> tuple[str, int]:
     """A predicate selecting exactly ``partitions``, and how many comparisons it makes (delta-rs's
     cost grows with them); raises :class:`TooLong` past the limit."""
     if len(cols) == 1:
-        col = f"{prefix}{quote_ident(cols[0])}"
+        col = quote_ident(cols[0])
         present = [p[0] for p in partitions if p[0] is not None]
         terms: list[str] = []
         count = 0
@@ -169,7 +169,7 @@ def partition_predicate(
     ors = []
     for p in partitions:
         ands = " AND ".join(
-            f"{prefix}{quote_ident(c)} IS NULL" if v is None else equals(f"{prefix}{quote_ident(c)}", v)
+            f"{quote_ident(c)} IS NULL" if v is None else equals(quote_ident(c), v)
             for c, v in zip(cols, p, strict=True)
         )
         ors.append(f"({ands})")
@@ -187,6 +187,11 @@ TERM_BYTES = 1_400
 #: What a byte rewritten by delta-rs's own overwrite costs, against one rewritten by key range
 #: (0.12 against 0.26 us a row: the range rewrite reads its rows into Python first).
 OVERWRITE_BYTE_SHARE = 0.5
+
+
+def _stat(files: pa.Table, name: str) -> list[Any]:
+    """A column of delta-rs's flattened add actions (``min.<col>``, ...); all None if absent."""
+    return files.column(name).to_pylist() if name in files.column_names else [None] * files.num_rows
 
 
 def range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[Any]], terms: int) -> bool:
@@ -207,11 +212,8 @@ def range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[An
         return False
     if not present or files.num_rows == 0:
         return False
-    names = set(files.column_names)
     sizes = [n or 0 for n in files.column("size_bytes").to_pylist()]
-    none = [None] * len(sizes)
-    lows = files.column(f"min.{col}").to_pylist() if f"min.{col}" in names else none
-    highs = files.column(f"max.{col}").to_pylist() if f"max.{col}" in names else none
+    lows, highs = _stat(files, f"min.{col}"), _stat(files, f"max.{col}")
     lo, hi = present[0], present[-1]
     spanned = reached = 0
     for n, a, b in zip(sizes, lows, highs, strict=True):
@@ -239,14 +241,11 @@ def files_to_read(
     holding NaN, and no maximum for one holding infinity (JSON has neither), and its own pyarrow
     dataset then prunes such a file as if it held no rows, so the sink chooses here instead.
     """
-    names = set(files.column_names)
     paths: list[str] = files.column("path").to_pylist()
     if nan:  # NaN sorts nowhere: read every file rather than trust the statistics
         return paths
-    none = [None] * len(paths)
-    lows = files.column(f"min.{col}").to_pylist() if f"min.{col}" in names else none
-    highs = files.column(f"max.{col}").to_pylist() if f"max.{col}" in names else none
-    counts = files.column(f"null_count.{col}").to_pylist() if f"null_count.{col}" in names else none
+    lows, highs = _stat(files, f"min.{col}"), _stat(files, f"max.{col}")
+    counts = _stat(files, f"null_count.{col}")
     chosen = []
     for p, a, b, n in zip(paths, lows, highs, counts, strict=True):
         if a is None or b is None or (nulls and (n is None or n > 0)):
