@@ -2,7 +2,8 @@
 
 A batch replaces its partitions either by an overwrite whose predicate lists
 them or by rewriting the key range they span (reading back the range's other
-rows); the sink picks the cheaper from the files' statistics. For generated
+rows, in pieces when the range is large); the sink picks the cheaper from the
+files' statistics. For generated
 tables (integer, floating-point -- with NaN, infinities and both zeros -- or text keys, two-column
 keys, NULL keys, many small files) and sequences of
 batches (edits, deletes, new keys inside and outside the table's range),
@@ -26,6 +27,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import txjoin.sink.delta as sink_delta
+import txjoin.sink.keys as sink_keys
 from tests.support.profiles import examples
 from txjoin.cut import Cut
 from txjoin.sink.delta import DeltaRsStore
@@ -100,25 +102,28 @@ def _key(kind: str, row: dict[str, Any]) -> Any:
 
 
 @contextmanager
-def _choice(choose: Callable[..., bool] | None) -> Iterator[None]:
-    """Force the sink's choice between the predicate overwrite and the key-range rewrite."""
-    if choose is None:
-        yield
-        return
-    with patch.object(sink_delta, "range_is_cheaper", choose):
+def _choice(way: str) -> Iterator[None]:
+    """Force the sink's choice between the predicate overwrite and the key-range rewrite, and the
+    range rewrite's pieces (one piece per file and more, with a budget of one byte)."""
+    choose, piece_bytes = _WAYS[way]
+    with (
+        patch.object(sink_delta, "range_is_cheaper", choose or sink_keys.range_is_cheaper),
+        patch.object(sink_delta, "RANGE_PIECE_BYTES", piece_bytes),
+    ):
         yield
 
 
-_WAYS: dict[str, Callable[..., bool] | None] = {
-    "chosen": None,
-    "predicate": lambda *a: False,
-    "range": lambda *a: True,
+_WAYS: dict[str, tuple[Callable[..., bool] | None, int]] = {
+    "chosen": (None, sink_keys.RANGE_PIECE_BYTES),
+    "predicate": (lambda *a: False, sink_keys.RANGE_PIECE_BYTES),
+    "range": (lambda *a: True, sink_keys.RANGE_PIECE_BYTES),
+    "range in pieces": (lambda *a: True, 1),
 }
 
 
 def _replay(kind: str, way: str, first: dict[Key, str], batches: list[dict[Key, str | None]]) -> int:
     """Commit ``first``, then each batch, checking the table against the model; the most files seen."""
-    with TemporaryDirectory() as d, _choice(_WAYS[way]):
+    with TemporaryDirectory() as d, _choice(way):
         path = Path(d) / "out"
         store = DeltaRsStore(file_bytes=2048, compact_after=4)  # many small files, compactions
         cols = _cols(kind)

@@ -33,6 +33,7 @@ from txjoin.sink.keys import (
     int_runs,
     partition_predicate,
     range_is_cheaper,
+    range_pieces,
     sql_literal,
 )
 
@@ -118,6 +119,28 @@ def test_files_to_read_trusts_only_whole_statistics() -> None:
     assert files_to_read(files, "k", ("x", "y"), nulls=False, nan=False) == ["a", "b", "c", "d", "e"]
     assert files_to_read(files.select(["path"]), "k", (1.0, 2.0), nulls=False, nan=False) == ["a", "b", "c", "d", "e"]
 
+
+
+def test_range_pieces_read_each_file_once_and_blind_files_always() -> None:
+    files = pa.table({
+        "path": ["a", "b", "c", "d", "e", "f"],
+        "size_bytes": [10, 10, 10, 10, 10, 10],
+        "min.k": pa.array([0, 100, 200, 300, None, 150], pa.int64()),  # e: no statistics
+        "max.k": pa.array([99, 199, 299, 399, None, 160], pa.int64()),  # f: inside b's range
+    })  # fmt: skip
+    # A budget of two files: pieces start at lo, then at a file's minimum (files in key order: a b f c
+    # d); b overlaps [150, 300), so that piece reads it too.
+    assert range_pieces(files, "k", 50, 350, 20) == [
+        (50, ["a", "b", "e"]), (150, ["b", "f", "c", "e"]), (300, ["d", "e"]),
+    ]  # fmt: skip
+    # One file each.
+    assert range_pieces(files, "k", 50, 350, 10) == [
+        (50, ["a", "e"]), (100, ["b", "e"]), (150, ["b", "f", "e"]), (200, ["c", "e"]), (300, ["d", "e"]),
+    ]  # fmt: skip
+    assert range_pieces(files, "k", 150, 160, 1) == [(150, ["b", "f", "e"])]  # no start past lo inside
+    assert range_pieces(files, "k", 0, 399, 1 << 20) == [(0, ["a", "b", "f", "c", "d", "e"])]
+    # Statistics that do not compare with the keys: one piece reading every file.
+    assert range_pieces(files, "k", "x", "y", 10) == [("x", ["a", "b", "c", "d", "e", "f"])]
 
 def _files(*files: tuple[int, int | None, int | None]) -> pa.Table:
     """Add actions as delta-rs flattens them: size, and the key's min and max, per file."""

@@ -21,7 +21,7 @@ import functools
 import json
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +36,7 @@ from txjoin.faults import mutated
 from txjoin.pg.names import quote_ident
 from txjoin.sink.keys import (
     MAX_PREDICATE_TERMS,
+    RANGE_PIECE_BYTES,
     NoLiteral,
     TooLong,
     equals,
@@ -45,6 +46,7 @@ from txjoin.sink.keys import (
     overwrite_predicate,
     partition_predicate,
     range_is_cheaper,
+    range_pieces,
     sql_literal,
 )
 
@@ -164,6 +166,19 @@ def _sorted(rows: pa.Table, cols: Sequence[str]) -> pa.Table:
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
         return rows
 
+
+
+def _kept(old: pa.Table, col: str, keys: Sequence[Any], nulls: bool) -> pa.Table:
+    """``old``'s rows whose key is not among ``keys`` (nor NULL when ``nulls``), as PostgreSQL's = tells."""
+    import pyarrow.compute as pc
+
+    values, wanted = old.column(col), pa.array(keys, old.schema.field(col).type)  # is_in finds NaN by NaN
+    if pa.types.is_floating(values.type):  # is_in tells -0.0 from 0.0, the predicate does not
+        values, wanted = pc.add(values, 0.0), pc.add(wanted, 0.0)
+    keep = pc.invert(pc.fill_null(pc.is_in(values, value_set=wanted), False))
+    if nulls:
+        keep = pc.and_(keep, pc.invert(pc.is_null(old.column(col))))
+    return old.filter(keep)
 
 #: Largest dictionary page per column chunk before Parquet falls back to plain
 #: encoding. delta-rs's default (1 MiB) spends most of a write interning unique
@@ -377,17 +392,57 @@ class DeltaRsStore:
             terms.append(f"{q} IS NULL")
             where = k.is_null() if where is None else where | k.is_null()
         # Not delta-rs's pyarrow dataset: it drops files whose statistics are NULL (see files_to_read).
-        read = [str(path / unquote(f)) for f in files_to_read(files, col, bounds, nulls, nan)]
-        old = ds.dataset(read, schema=schema, format="parquet").to_table(filter=where)
-        values, wanted = old.column(col), pa.array(keys, typ)  # is_in finds NaN by NaN
-        if pa.types.is_floating(typ):  # is_in tells -0.0 from 0.0, the predicate does not
-            values, wanted = pc.add(values, 0.0), pc.add(wanted, 0.0)
-        replaced = pc.is_in(values, value_set=wanted)
-        keep = pc.invert(pc.fill_null(replaced, False))
-        if nulls:
-            keep = pc.and_(keep, pc.invert(pc.is_null(old.column(col))))
+        read = files_to_read(files, col, bounds, nulls, nan)
         predicate = overwrite_predicate(" OR ".join(terms), len(terms), keys)
-        return self._write_kept(path, old.filter(keep), rows, [col], props, predicate)
+        chosen = pc.is_in(files.column("path"), value_set=pa.array(read, pa.string()))
+        size = pc.sum(files.column("size_bytes").filter(chosen)).as_py() or 0
+        if bounds is None or size <= RANGE_PIECE_BYTES:
+            old = ds.dataset([str(path / unquote(f)) for f in read], schema=schema, format="parquet")
+            kept = _kept(old.to_table(filter=where), col, keys, nulls)
+            return self._write_kept(path, kept, rows, [col], props, predicate)
+        lo, hi = bounds
+        ranges = range_pieces(files, col, lo, hi, RANGE_PIECE_BYTES)
+        ends = [k < pa.scalar(start, typ) for start, _ in ranges[1:]] + [k <= pa.scalar(hi, typ)]
+        pieces = [((k >= pa.scalar(s, typ)) & e, p) for (s, p), e in zip(ranges, ends, strict=True)]
+        if nan or nulls:  # keys outside every range: a piece of their own
+            odd = k.is_nan() if nan else k.is_null()
+            if nan and nulls:
+                odd = odd | k.is_null()
+            pieces.append((odd, files_to_read(files, col, None, nulls, nan)))
+        batches = self._pieces(path, schema, pieces, _sorted(rows, [col]).cast(schema), col, keys, nulls)
+        self._write(
+            self._current(path), pa.RecordBatchReader.from_batches(schema, batches), props,
+            mode="overwrite", predicate=predicate,
+        )  # fmt: skip
+        return self._version(path)
+
+    def _pieces(
+        self,
+        path: Path,
+        schema: pa.Schema,
+        pieces: Sequence[tuple[Any, Sequence[str]]],
+        rows: pa.Table,
+        col: str,
+        keys: Sequence[Any],
+        nulls: bool,
+    ) -> Iterator[pa.RecordBatch]:
+        """A range rewrite's rows, piece after piece (``(filter, files)``): each piece's rows that are
+        not replaced, beside the batch's rows in it, in key order. Raises if a batch row is in no piece."""
+        import pyarrow.dataset as ds
+
+        placed = 0
+        for where, paths in pieces:
+            old = ds.dataset([str(path / unquote(f)) for f in paths], schema=schema, format="parquet")
+            new = rows.filter(where)
+            placed += new.num_rows
+            piece = pa.concat_tables([_kept(old.to_table(filter=where), col, keys, nulls), new])
+            yield from _sorted(piece, [col]).to_batches()
+        if placed != rows.num_rows:  # would be lost: the overwrite's predicate covers every key
+            raise SinkError(
+                f"internal error: a key-range rewrite of {path} placed {placed} of the batch's "
+                f"{rows.num_rows} rows in its pieces; nothing was committed. Please report it",
+                path=str(path),
+            )
 
     def _rewrite_all(
         self,
@@ -421,7 +476,9 @@ class DeltaRsStore:
         self._write(self._current(path), _sorted(merged, cols), props, mode="overwrite", predicate=predicate)
         return self._version(path)
 
-    def _write(self, target: DeltaTable | str, rows: pa.Table, props: Any, **how: Any) -> None:
+    def _write(
+        self, target: DeltaTable | str, rows: pa.Table | pa.RecordBatchReader, props: Any, **how: Any
+    ) -> None:
         """Every data write of the sink: files of ``file_bytes``, with :func:`_writer_properties`."""
         from deltalake import write_deltalake
 

@@ -21,6 +21,7 @@ from txjoin.pg.names import quote_ident
 __all__ = [
     "MAX_PREDICATE_TERMS",
     "OVERWRITE_BYTE_SHARE",
+    "RANGE_PIECE_BYTES",
     "TERM_BYTES",
     "NoLiteral",
     "TooLong",
@@ -31,6 +32,7 @@ __all__ = [
     "overwrite_predicate",
     "partition_predicate",
     "range_is_cheaper",
+    "range_pieces",
     "sql_literal",
 ]
 
@@ -259,6 +261,48 @@ def files_to_read(
         except TypeError:  # statistics of another type than the keys (time zones)
             chosen.append(p)
     return chosen
+
+
+#: A key-range rewrite that would read more Parquet than this rewrites the range in pieces of about
+#: this much, one after the other, so that its memory does not grow with the table: a batch of 5,000
+#: scattered keys on 8M rows read the whole table at once, 2.4 GB above the process's size
+#: (bench/NOTES.md, "Fixed: a large key-range rewrite read its whole range at once").
+RANGE_PIECE_BYTES = 32 << 20
+
+
+def range_pieces(files: pa.Table, col: str, lo: Any, hi: Any, budget: int) -> list[tuple[Any, list[str]]]:
+    """The key range ``[lo, hi]`` cut into consecutive pieces that each read about ``budget`` bytes.
+
+    Returns ``(start, paths)`` per piece, in key order: a piece holds the keys from its start up to
+    the next piece's start (excluded), the last one up to ``hi`` (included), and ``paths`` are the
+    files (delta-rs's add actions) that may hold one of them. Starts are ``lo`` and then minima of
+    files, so a table of files in key order reads each file once; a file without statistics is read
+    by every piece. One piece when the statistics cannot be compared with the keys.
+    """
+    paths: list[str] = files.column("path").to_pylist()
+    sizes = [n or 0 for n in files.column("size_bytes").to_pylist()]
+    lows, highs = _stat(files, f"min.{col}"), _stat(files, f"max.{col}")
+    blind = [p for p, a, b in zip(paths, lows, highs, strict=True) if a is None or b is None]
+    try:
+        ranged = sorted(
+            ((a, b, p, n) for p, n, a, b in zip(paths, sizes, lows, highs, strict=True)
+             if a is not None and b is not None and not (b < lo or a > hi)),
+            key=lambda f: f[0],
+        )  # fmt: skip
+        starts, taken = [lo], 0
+        for a, _, _, n in ranged:
+            if taken and taken + n > budget and type(a) is type(lo) and starts[-1] < a <= hi:
+                starts.append(a)
+                taken = 0
+            taken += n
+        pieces = []
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else None
+            reach = [p for a, b, p, _ in ranged if b >= start and (a <= hi if end is None else a < end)]
+            pieces.append((start, reach + blind))
+    except TypeError:  # statistics of another type than the keys (time zones)
+        return [(lo, paths)]
+    return pieces
 
 
 _NAN = object()
