@@ -189,6 +189,17 @@ PINNED: dict[str, tuple[str, dict[Key, str], list[dict[Key, str | None]]]] = {
     # nothing from that file: the range rewrite lost 0.25.
     "a key beside infinity in the range": ("float", {0.0: "v0", 0.25: "v0", math.inf: "v0"}, [{0.0: "v1"}]),
     "two columns, NaN": ("pair", {(1, math.nan): "v0", (1, 2.0): "v0"}, [{(1, math.nan): "v1"}, {(1, 2.0): None}]),
+    # Pieces of a range rewrite meet at a file's first key: each key in exactly one piece.
+    "every key of a table of three files, then every other one": (
+        "int",
+        {i: f"v0-{i}" for i in range(50)},
+        [
+            {i: f"v1-{i}" for i in range(50, 100)},
+            {i: f"v2-{i}" for i in range(100, 150)},
+            {i: f"v3-{i}" for i in range(150)},
+            {i: None if i % 2 else f"v4-{i}" for i in range(-5, 160)},
+        ],
+    ),
     "two columns, the zeros": ("pair", {(1, 0.0): "v0", (None, -0.0): "v0"}, [{(1, -0.0): "v1", (None, 0.0): "v1"}]),
 }
 

@@ -167,18 +167,43 @@ def _sorted(rows: pa.Table, cols: Sequence[str]) -> pa.Table:
         return rows
 
 
-
-def _kept(old: pa.Table, col: str, keys: Sequence[Any], nulls: bool) -> pa.Table:
-    """``old``'s rows whose key is not among ``keys`` (nor NULL when ``nulls``), as PostgreSQL's = tells."""
+def _wanted(keys: Sequence[Any], typ: pa.DataType) -> pa.Array:
+    """The replaced keys as an array of the key column's type, for :func:`_kept`."""
     import pyarrow.compute as pc
 
-    values, wanted = old.column(col), pa.array(keys, old.schema.field(col).type)  # is_in finds NaN by NaN
+    wanted = pa.array(keys, typ)  # is_in finds NaN by NaN
+    return pc.add(wanted, 0.0) if pa.types.is_floating(typ) else wanted  # see _kept
+
+
+def _kept(old: pa.Table, col: str, wanted: pa.Array, nulls: bool) -> pa.Table:
+    """``old``'s rows whose key is not in ``wanted`` (:func:`_wanted`) nor NULL when ``nulls``: keys
+    compare as PostgreSQL's = does."""
+    import pyarrow.compute as pc
+
+    values = old.column(col)
     if pa.types.is_floating(values.type):  # is_in tells -0.0 from 0.0, the predicate does not
-        values, wanted = pc.add(values, 0.0), pc.add(wanted, 0.0)
+        values = pc.add(values, 0.0)
     keep = pc.invert(pc.fill_null(pc.is_in(values, value_set=wanted), False))
     if nulls:
         keep = pc.and_(keep, pc.invert(pc.is_null(old.column(col))))
     return old.filter(keep)
+
+
+def _range_pieces(
+    files: pa.Table, col: str, bounds: tuple[Any, Any], typ: pa.DataType
+) -> list[tuple[Any, Sequence[str]]] | None:
+    """:func:`range_pieces` as dataset filters: ``(filter, files)`` per piece (None: one read instead,
+    when a piece's start, a file's minimum, has no value of the key's type)."""
+    import pyarrow.dataset as ds
+
+    k, (lo, hi) = ds.field(col), bounds
+    ranges = range_pieces(files, col, lo, hi, RANGE_PIECE_BYTES)
+    try:
+        ends = [k < pa.scalar(start, typ) for start, _ in ranges[1:]] + [k <= pa.scalar(hi, typ)]
+        return [((k >= pa.scalar(s, typ)) & e, p) for (s, p), e in zip(ranges, ends, strict=True)]
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+
 
 #: Largest dictionary page per column chunk before Parquet falls back to plain
 #: encoding. delta-rs's default (1 MiB) spends most of a write interning unique
@@ -396,20 +421,20 @@ class DeltaRsStore:
         predicate = overwrite_predicate(" OR ".join(terms), len(terms), keys)
         chosen = pc.is_in(files.column("path"), value_set=pa.array(read, pa.string()))
         size = pc.sum(files.column("size_bytes").filter(chosen)).as_py() or 0
-        if bounds is None or size <= RANGE_PIECE_BYTES:
+        wanted = _wanted(keys, typ)
+        pieces = None
+        if bounds is not None and size > RANGE_PIECE_BYTES:
+            pieces = _range_pieces(files, col, bounds, typ)
+        if pieces is None:
             old = ds.dataset([str(path / unquote(f)) for f in read], schema=schema, format="parquet")
-            kept = _kept(old.to_table(filter=where), col, keys, nulls)
+            kept = _kept(old.to_table(filter=where), col, wanted, nulls)
             return self._write_kept(path, kept, rows, [col], props, predicate)
-        lo, hi = bounds
-        ranges = range_pieces(files, col, lo, hi, RANGE_PIECE_BYTES)
-        ends = [k < pa.scalar(start, typ) for start, _ in ranges[1:]] + [k <= pa.scalar(hi, typ)]
-        pieces = [((k >= pa.scalar(s, typ)) & e, p) for (s, p), e in zip(ranges, ends, strict=True)]
         if nan or nulls:  # keys outside every range: a piece of their own
             odd = k.is_nan() if nan else k.is_null()
             if nan and nulls:
                 odd = odd | k.is_null()
             pieces.append((odd, files_to_read(files, col, None, nulls, nan)))
-        batches = self._pieces(path, schema, pieces, _sorted(rows, [col]).cast(schema), col, keys, nulls)
+        batches = self._pieces(path, schema, pieces, _sorted(rows, [col]).cast(schema), col, wanted, nulls)
         self._write(
             self._current(path), pa.RecordBatchReader.from_batches(schema, batches), props,
             mode="overwrite", predicate=predicate,
@@ -423,7 +448,7 @@ class DeltaRsStore:
         pieces: Sequence[tuple[Any, Sequence[str]]],
         rows: pa.Table,
         col: str,
-        keys: Sequence[Any],
+        wanted: pa.Array,
         nulls: bool,
     ) -> Iterator[pa.RecordBatch]:
         """A range rewrite's rows, piece after piece (``(filter, files)``): each piece's rows that are
@@ -435,7 +460,7 @@ class DeltaRsStore:
             old = ds.dataset([str(path / unquote(f)) for f in paths], schema=schema, format="parquet")
             new = rows.filter(where)
             placed += new.num_rows
-            piece = pa.concat_tables([_kept(old.to_table(filter=where), col, keys, nulls), new])
+            piece = pa.concat_tables([_kept(old.to_table(filter=where), col, wanted, nulls), new])
             yield from _sorted(piece, [col]).to_batches()
         if placed != rows.num_rows:  # would be lost: the overwrite's predicate covers every key
             raise SinkError(
