@@ -103,21 +103,22 @@ def _key(kind: str, row: dict[str, Any]) -> Any:
 
 @contextmanager
 def _choice(way: str) -> Iterator[None]:
-    """Force the sink's choice between the predicate overwrite and the key-range rewrite, and the
-    range rewrite's pieces (one piece per file and more, with a budget of one byte)."""
-    choose, piece_bytes = _WAYS[way]
+    """Force the sink's choice between the predicate overwrite and the key-range rewrite, and a range
+    rewrite in pieces (streamed whatever its size, a piece per file and more)."""
+    choose, pieces = _WAYS[way]
     with (
         patch.object(sink_delta, "range_is_cheaper", choose or sink_keys.range_is_cheaper),
-        patch.object(sink_delta, "RANGE_PIECE_BYTES", piece_bytes),
+        patch.object(sink_delta, "RANGE_STREAM_BYTES", 1 if pieces else sink_keys.RANGE_STREAM_BYTES),
+        patch.object(sink_delta, "RANGE_PIECE_BYTES", 1 if pieces else sink_keys.RANGE_PIECE_BYTES),
     ):
         yield
 
 
-_WAYS: dict[str, tuple[Callable[..., bool] | None, int]] = {
-    "chosen": (None, sink_keys.RANGE_PIECE_BYTES),
-    "predicate": (lambda *a: False, sink_keys.RANGE_PIECE_BYTES),
-    "range": (lambda *a: True, sink_keys.RANGE_PIECE_BYTES),
-    "range in pieces": (lambda *a: True, 1),
+_WAYS: dict[str, tuple[Callable[..., bool] | None, bool]] = {
+    "chosen": (None, False),
+    "predicate": (lambda *a: False, False),
+    "range": (lambda *a: True, False),
+    "range in pieces": (lambda *a: True, True),
 }
 
 

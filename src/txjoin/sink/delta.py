@@ -37,6 +37,7 @@ from txjoin.pg.names import quote_ident
 from txjoin.sink.keys import (
     MAX_PREDICATE_TERMS,
     RANGE_PIECE_BYTES,
+    RANGE_STREAM_BYTES,
     NoLiteral,
     TooLong,
     equals,
@@ -423,7 +424,7 @@ class DeltaRsStore:
         size = pc.sum(files.column("size_bytes").filter(chosen)).as_py() or 0
         wanted = _wanted(keys, typ)
         pieces = None
-        if bounds is not None and size > RANGE_PIECE_BYTES:
+        if bounds is not None and size > RANGE_STREAM_BYTES:
             pieces = _range_pieces(files, col, bounds, typ)
         if pieces is None:
             old = ds.dataset([str(path / unquote(f)) for f in read], schema=schema, format="parquet")

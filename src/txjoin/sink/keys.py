@@ -22,6 +22,7 @@ __all__ = [
     "MAX_PREDICATE_TERMS",
     "OVERWRITE_BYTE_SHARE",
     "RANGE_PIECE_BYTES",
+    "RANGE_STREAM_BYTES",
     "TERM_BYTES",
     "NoLiteral",
     "TooLong",
@@ -263,11 +264,16 @@ def files_to_read(
     return chosen
 
 
-#: A key-range rewrite that would read more Parquet than this rewrites the range in pieces of about
-#: this much, one after the other, so that its memory does not grow with the table: a batch of 5,000
-#: scattered keys on 8M rows read the whole table at once, 2.4 GB above the process's size
-#: (bench/NOTES.md, "Fixed: a large key-range rewrite read its whole range at once").
-RANGE_PIECE_BYTES = 32 << 20
+#: A key-range rewrite that would read more Parquet than this streams its range in pieces of
+#: ``RANGE_PIECE_BYTES``, one after the other, so that its memory does not grow with the table: a
+#: batch of 5,000 scattered keys on 8M rows read the whole table at once, 2.4 GB above the process's
+#: size (bench/NOTES.md, "Fixed: a large key-range rewrite read its whole range at once"). Above the
+#: 11.2 MB that a range rewrite chosen by :func:`range_is_cheaper` reads, which stays one read.
+RANGE_STREAM_BYTES = 32 << 20
+#: The Parquet a piece of a streamed range rewrite reads. On 8M rows (64 files of 1.4 MB, 5,000
+#: scattered keys, ``python -m bench.sink``), pieces of 2, 4, 8, 16 and 32 MB peaked at about 0.36,
+#: 0.44, 0.7, 1.0 and 1.5 GB above the process, in 1.8-2.7 s, 2.0-4.0 s for the larger ones.
+RANGE_PIECE_BYTES = 4 << 20
 
 
 def range_pieces(files: pa.Table, col: str, lo: Any, hi: Any, budget: int) -> list[tuple[Any, list[str]]]:

@@ -1,0 +1,140 @@
+"""The Delta sink's large batches: time and peak memory of one batch of scattered keys (issue [7 of 7]).
+
+A batch of more than 4,000 changed keys is committed by rewriting the key
+range the keys span (a predicate listing them would be too long), and
+scattered keys span the whole table. Per table size (rows shaped like
+bench.join's output, files of 2 MB), one batch replacing ``--keys`` keys
+drawn uniformly goes through :meth:`DeltaRsStore.replace_partitions`. Its
+peak memory is the process's VmHWM above its RSS before the batch, each
+measurement in a fresh process. The baseline, measured the same way, is
+reading the whole table into memory (what the rewrite did before it went in
+pieces). The memory target: the batch's peak does not grow with the table
+(<= 1.5x from the smallest size to the largest), where the baseline's does.
+Not in ``make bench``.
+
+    .venv/bin/python -m bench.sink --sizes 2000000,8000000 --keys 5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from bench.common import machine, write_figures
+
+ROWS_PER_COMMIT = 1_000_000
+
+
+def _rows(ids: np.ndarray) -> pa.Table:
+    return pa.table({
+        "order_id": pa.array(ids, pa.int64()),
+        "amount": pa.array(np.round(np.random.default_rng(len(ids)).random(len(ids)), 2)),
+        "note": pa.array([f"order {i} with a note of some length" for i in ids.tolist()]),
+        "client": pa.array([f"client {i % 1000}" for i in ids.tolist()]),
+        "region": pa.array(["north", "south", "east", "west"] * (len(ids) // 4) + ["north"] * (len(ids) % 4)),
+    })  # fmt: skip
+
+
+def _memory() -> tuple[int, int]:
+    """(RSS, peak RSS) of this process in MiB."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(fields["VmRSS"].split()[0]) // 1024, int(fields["VmHWM"].split()[0]) // 1024
+
+
+def build(path: Path, n: int) -> None:
+    """A table of ``n`` rows in key order, written as the sink writes (files of 2 MB)."""
+    from txjoin.sink.delta import DeltaRsStore
+
+    store = DeltaRsStore()
+    kw: dict[str, Any] = {"key": ["order_id"], "partition_cols": ["order_id"], "cut": {}, "app_id": "bench"}
+    for i in range(0, n, ROWS_PER_COMMIT):
+        ids = np.arange(i, min(n, i + ROWS_PER_COMMIT))
+        parts = None if i == 0 else [[k] for k in ids.tolist()]  # new keys past the table
+        store.replace_partitions(path, _rows(ids), partitions=parts, batch=i // ROWS_PER_COMMIT, **kw)
+
+
+def child(path: Path, n: int, keys: int, what: str) -> dict[str, Any]:
+    """One measurement in this (fresh) process: the batch, or the baseline's whole read."""
+    from deltalake import DeltaTable
+
+    from txjoin.sink.delta import DeltaRsStore
+
+    store = DeltaRsStore()
+    chosen = np.sort(np.random.default_rng(7).choice(n, keys, replace=False))
+    rows = _rows(chosen)
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM
+    before, _ = _memory()
+    t0 = time.monotonic()
+    if what == "batch":
+        store.replace_partitions(
+            path, rows, key=["order_id"], partition_cols=["order_id"], partitions=[[int(k)] for k in chosen],
+            cut={}, batch=10_000, app_id="bench",
+        )  # fmt: skip
+    else:
+        DeltaTable(str(path)).to_pyarrow_table()
+    seconds = time.monotonic() - t0
+    _, peak = _memory()
+    return {"seconds": seconds, "peak_over_mib": peak - before}
+
+
+def _measure(path: Path, n: int, keys: int, what: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.sink", "--child", str(path), str(n), str(keys), what],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="2000000,8000000", help="table sizes in rows, comma-separated")
+    ap.add_argument("--keys", type=int, default=5000, help="scattered keys the batch replaces (> 4,000)")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        path, n, keys, what = args.child
+        print(json.dumps(child(Path(path), int(n), int(keys), what)), flush=True)
+        os._exit(0)  # delta-rs's threads can abort a normal exit (delta-io/delta-rs#2184)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"machine: {machine()}; a batch of {args.keys:,} scattered keys per table size", flush=True)
+    figures: dict[str, Any] = {"keys": args.keys, "sizes": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-sink-") as d:
+        for n in sizes:
+            path = Path(d) / f"t{n}"
+            build(path, n)
+            read = _measure(path, n, args.keys, "read")
+            batch = _measure(path, n, args.keys, "batch")
+            figures["sizes"][n] = {"batch": batch, "whole_read": read}
+            print(
+                f"{n:>12,} rows: batch {batch['seconds']:.2f} s, peak +{batch['peak_over_mib']:,} MiB; "
+                f"baseline (reading the whole table) {read['seconds']:.2f} s, "
+                f"peak +{read['peak_over_mib']:,} MiB",
+                flush=True,
+            )
+    small, large = (figures["sizes"][n] for n in (sizes[0], sizes[-1]))
+    growth = large["batch"]["peak_over_mib"] / max(1, small["batch"]["peak_over_mib"])
+    base = large["whole_read"]["peak_over_mib"] / max(1, small["whole_read"]["peak_over_mib"])
+    figures["peak_growth"], figures["baseline_peak_growth"] = growth, base
+    print(
+        f"peak memory growth {sizes[0]:,} -> {sizes[-1]:,} rows: batch {growth:.2f}x "
+        f"(target <= 1.5x); baseline {base:.2f}x",
+        flush=True,
+    )
+    write_figures(args.json, figures)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
