@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, each beside its baseline, into bench/RESULTS.md.
 
 Runs bench.capture, bench.assemble, bench.apply, bench.join, bench.size,
-bench.e2e and bench.consistency one after the other (each in its own
+bench.e2e, bench.sink, bench.fixed_cost and bench.consistency one after the other (each in its own
 process, so one's Spark session or PostgreSQL cannot slow the next), then
 writes bench/RESULTS.md (a summary table, per-stage tables, the commands)
 and one PNG plot per figure under bench/plots/.
@@ -43,6 +43,7 @@ def commands(quick: bool) -> dict[str, list[str]]:
                 "bench.size", "--sizes", "200000", "--runs", "1", "--big", "40000", "--big-at", "200000",
             ],
             "e2e": ["bench.e2e", "--runs", "3", "--seconds", "10"],
+            "sink": ["bench.sink", "--sizes", "4000000,8000000", "--runs", "1"],
             "fixed_cost": ["bench.fixed_cost", "--txs", "10"],
             "consistency": ["bench.consistency", "--txs", "60"],
         }
@@ -58,6 +59,7 @@ def commands(quick: bool) -> dict[str, list[str]]:
             "--big", "2000000", "--big-at", "10000000",
         ],
         "e2e": ["bench.e2e", "--runs", "3", "--seconds", "30"],
+        "sink": ["bench.sink", "--sizes", "4000000,16000000", "--keys", "5000", "--runs", "3"],
         "fixed_cost": ["bench.fixed_cost", "--txs", "30"],
         "consistency": ["bench.consistency", "--txs", "200"],
     }
@@ -117,6 +119,17 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
             f"apply stage alone ({a['rows']:,} orders, {a['batch']:,} row changes per batch), changes/s",
             rng(a["txjoin_per_s"]), "per-row path it replaced: " + rng(a["rowwise_per_s"]), rng(r, ".1f"),
             ">= 100,000/s", "yes" if med(a["txjoin_per_s"]) >= 100_000 else "no",
+        ))  # fmt: skip
+    if "sink" in f:
+        s = f["sink"]
+        small, large = s["sizes"][0], s["sizes"][-1]
+        rows.append((
+            f"one batch of {s['keys']:,} scattered keys (a key-range rewrite), {small['rows']:,} -> "
+            f"{large['rows']:,} rows: peak MiB above the process",
+            f"{rng(small['batch_peak_over_mib'])} -> {rng(large['batch_peak_over_mib'])}",
+            f"reading the whole table: {rng(small['whole_read_peak_over_mib'])} -> "
+            f"{rng(large['whole_read_peak_over_mib'])} ({s['baseline_peak_growth']:.2f}x)",
+            f"{s['peak_growth']:.2f}x", "<= 1.5x growth", "yes" if s["peak_growth"] <= 1.5 else "no",
         ))  # fmt: skip
     if "size" in f:
         for z in f["size"]["sizes"]:
@@ -425,7 +438,7 @@ def render(f: dict[str, Any], made: list[str]) -> str:
     for row in summary_rows(f):
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "## Details", "", *details(f), "", "## Commands", ""]
-    for stage in ("capture", "assemble", "apply", "join", "size", "e2e", "fixed_cost", "consistency"):
+    for stage in ("capture", "assemble", "apply", "join", "size", "e2e", "sink", "fixed_cost", "consistency"):
         if stage in f:
             lines.append(f"- {stage}: `{f[stage]['_command']}` ({f[stage]['_seconds'] / 60:.1f} min)")
     if made:
@@ -444,7 +457,8 @@ def main() -> None:
     )
     ap.add_argument(
         "--only",
-        help="comma-separated stages: capture, assemble, apply, join, size, e2e, fixed_cost, consistency",
+        help="comma-separated stages: capture, assemble, apply, join, size, e2e, sink, fixed_cost, "
+        "consistency",
     )
     ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from bench/figures.json")
     args = ap.parse_args()

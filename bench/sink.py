@@ -10,9 +10,8 @@ measurement in a fresh process. The baseline, measured the same way, is
 reading the whole table into memory (what the rewrite did before it went in
 pieces). The memory target: the batch's peak does not grow with the table
 (<= 1.5x from the smallest size to the largest), where the baseline's does.
-Not in ``make bench``.
 
-    .venv/bin/python -m bench.sink --sizes 2000000,8000000 --keys 5000
+    .venv/bin/python -m bench.sink --sizes 4000000,16000000 --keys 5000 --runs 3
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench.common import machine, write_figures
+from bench.common import Stat, machine, write_figures
 
 ROWS_PER_COMMIT = 1_000_000
 
@@ -98,8 +98,9 @@ def _measure(path: Path, n: int, keys: int, what: str) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="2000000,8000000", help="table sizes in rows, comma-separated")
+    ap.add_argument("--sizes", default="4000000,16000000", help="table sizes in rows, comma-separated")
     ap.add_argument("--keys", type=int, default=5000, help="scattered keys the batch replaces (> 4,000)")
+    ap.add_argument("--runs", type=int, default=3, help="batches (and whole reads) per size")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -109,27 +110,37 @@ def main() -> None:
         os._exit(0)  # delta-rs's threads can abort a normal exit (delta-io/delta-rs#2184)
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"machine: {machine()}; a batch of {args.keys:,} scattered keys per table size", flush=True)
-    figures: dict[str, Any] = {"keys": args.keys, "sizes": {}}
+    figures: dict[str, Any] = {"keys": args.keys, "sizes": []}
     with tempfile.TemporaryDirectory(prefix="bench-sink-") as d:
         for n in sizes:
             path = Path(d) / f"t{n}"
             build(path, n)
-            read = _measure(path, n, args.keys, "read")
-            batch = _measure(path, n, args.keys, "batch")
-            figures["sizes"][n] = {"batch": batch, "whole_read": read}
+            runs: dict[str, list[dict[str, Any]]] = {"batch": [], "whole_read": []}
+            for _ in range(args.runs):  # alternating; each batch commits, the table keeps its size
+                runs["whole_read"].append(_measure(path, n, args.keys, "read"))
+                runs["batch"].append(_measure(path, n, args.keys, "batch"))
+            z: dict[str, Any] = {"rows": n}
+            for w, rs in runs.items():
+                for m in ("seconds", "peak_over_mib"):
+                    z[f"{w}_{m}"] = [r[m] for r in rs]
+            figures["sizes"].append(z)
             print(
-                f"{n:>12,} rows: batch {batch['seconds']:.2f} s, peak +{batch['peak_over_mib']:,} MiB; "
-                f"baseline (reading the whole table) {read['seconds']:.2f} s, "
-                f"peak +{read['peak_over_mib']:,} MiB",
+                f"{n:>12,} rows: batch {Stat(z['batch_seconds']).fmt(' s', 2)}, peak above the process "
+                f"{Stat(z['batch_peak_over_mib']).fmt(' MiB')}; baseline (reading the whole table) "
+                f"{Stat(z['whole_read_seconds']).fmt(' s', 2)}, "
+                f"{Stat(z['whole_read_peak_over_mib']).fmt(' MiB')}",
                 flush=True,
             )
-    small, large = (figures["sizes"][n] for n in (sizes[0], sizes[-1]))
-    growth = large["batch"]["peak_over_mib"] / max(1, small["batch"]["peak_over_mib"])
-    base = large["whole_read"]["peak_over_mib"] / max(1, small["whole_read"]["peak_over_mib"])
-    figures["peak_growth"], figures["baseline_peak_growth"] = growth, base
+    small, large = figures["sizes"][0], figures["sizes"][-1]
+
+    def growth(key: str) -> float:
+        return float(statistics.median(large[key]) / max(1.0, statistics.median(small[key])))
+
+    figures["peak_growth"] = growth("batch_peak_over_mib")
+    figures["baseline_peak_growth"] = growth("whole_read_peak_over_mib")
     print(
-        f"peak memory growth {sizes[0]:,} -> {sizes[-1]:,} rows: batch {growth:.2f}x "
-        f"(target <= 1.5x); baseline {base:.2f}x",
+        f"peak memory growth {sizes[0]:,} -> {sizes[-1]:,} rows: batch {figures['peak_growth']:.2f}x "
+        f"(target <= 1.5x); baseline {figures['baseline_peak_growth']:.2f}x",
         flush=True,
     )
     write_figures(args.json, figures)
