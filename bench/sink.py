@@ -52,7 +52,7 @@ def _memory() -> tuple[int, int]:
 
 
 def build(path: Path, n: int) -> None:
-    """A table of ``n`` rows in key order, written as the sink writes (files of 2 MB)."""
+    """A table of ``n`` rows in key order, written by the sink (its files of 2 MB at most)."""
     from txjoin.sink.delta import DeltaRsStore
 
     store = DeltaRsStore()
@@ -90,8 +90,11 @@ def child(path: Path, n: int, keys: int, what: str) -> dict[str, Any]:
 def _measure(path: Path, n: int, keys: int, what: str) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, "-m", "bench.sink", "--child", str(path), str(n), str(keys), what],
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True,
     )  # fmt: skip
+    if out.returncode:
+        tail = out.stderr[-3000:]
+        sys.exit(f"bench.sink: the {what} on {n:,} rows failed (exit {out.returncode}):\n{tail}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
