@@ -422,24 +422,25 @@ class DeltaRsStore:
         predicate = overwrite_predicate(" OR ".join(terms), len(terms), keys)
         chosen = pc.is_in(files.column("path"), value_set=pa.array(read, pa.string()))
         size = pc.sum(files.column("size_bytes").filter(chosen)).as_py() or 0
-        wanted = _wanted(keys, typ)
         pieces = None
         if bounds is not None and size > RANGE_STREAM_BYTES:
             pieces = _range_pieces(files, col, bounds, typ)
-        if pieces is None:
-            old = ds.dataset([str(path / unquote(f)) for f in read], schema=schema, format="parquet")
-            kept = _kept(old.to_table(filter=where), col, wanted, nulls)
-            return self._write_kept(path, kept, rows, [col], props, predicate)
-        if nan or nulls:  # keys outside every range: a piece of their own
+        if pieces is not None and (nan or nulls):  # keys outside every range: a piece of their own
             odd = k.is_nan() if nan else k.is_null()
             if nan and nulls:
                 odd = odd | k.is_null()
             pieces.append((odd, files_to_read(files, col, None, nulls, nan)))
-        batches = self._pieces(path, schema, pieces, _sorted(rows, [col]).cast(schema), col, wanted, nulls)
-        self._write(
-            self._current(path), pa.RecordBatchReader.from_batches(schema, batches), props,
-            mode="overwrite", predicate=predicate,
+        batches = self._pieces(
+            path, schema, [(where, read)] if pieces is None else pieces, _sorted(rows, [col]).cast(schema),
+            col, _wanted(keys, typ), nulls,
         )  # fmt: skip
+        # One read is written as a table, as before pieces; pieces as a stream, in bounded memory.
+        data: pa.Table | pa.RecordBatchReader
+        if pieces is None:
+            data = pa.Table.from_batches(list(batches), schema)
+        else:
+            data = pa.RecordBatchReader.from_batches(schema, batches)
+        self._write(self._current(path), data, props, mode="overwrite", predicate=predicate)
         return self._version(path)
 
     def _pieces(
