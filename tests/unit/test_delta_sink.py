@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import threading
 from decimal import Decimal
+from math import nan
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,18 @@ from txjoin.sink.delta import DICTIONARY_PAGE_BYTES, DeltaRsStore
 from txjoin.sink.keys import (
     IS_TRUE_TERMS,
     MAX_PREDICATE_TERMS,
+    KeySet,
     NoLiteral,
+    Span,
     TooLong,
+    file_pieces,
     files_to_read,
     int_runs,
     partition_predicate,
+    range_column,
     range_is_cheaper,
     range_pieces,
+    span,
     sql_literal,
 )
 
@@ -85,7 +91,7 @@ def test_predicate_compresses_runs_and_refuses_past_the_limit() -> None:
 
 def test_floats_compare_as_postgresql_does() -> None:
     """NaN is one key (isnan: nan would be a column's name); -0.0 and 0.0 are one key."""
-    nan, inf = float("nan"), float("inf")
+    inf = float("inf")
     assert sql_literal(inf) == "CAST('Infinity' AS DOUBLE)"
     assert sql_literal(-inf) == "CAST('-Infinity' AS DOUBLE)"
     assert sql_literal(nan) == "CAST('NaN' AS DOUBLE)"
@@ -142,6 +148,56 @@ def test_range_pieces_read_each_file_once_and_blind_files_always() -> None:
     # Statistics that do not compare with the keys: one piece reading every file.
     assert range_pieces(files, "k", "x", "y", 10) == [("x", ["a", "b", "c", "d", "e", "f"])]
 
+def test_a_span_is_one_columns_range_and_its_nan_and_null() -> None:
+    assert span([3, None, 1]) == Span((1, 3), nan=False, nulls=True)
+    assert span([0.0, nan, 2.5]) == Span((-0.0, 2.5), nan=True, nulls=False)  # both zeros in the range
+    assert span([None]) == Span(None, nan=False, nulls=True)
+    for values in ([b"a", b"b"], [Decimal("NaN"), Decimal(1)], [1, "a"], [[1], [2]]):
+        with pytest.raises(NoLiteral):
+            span(values)
+
+
+def test_the_range_column_reaches_the_fewest_bytes() -> None:
+    files = pa.table({
+        "path": ["a", "b", "c"],
+        "size_bytes": [10, 20, 40],
+        "min.x": [0, 100, 200], "max.x": [99, 199, 299],
+        "min.y": [0, 0, 0], "max.y": [9, 9, 9],  # every file holds every y
+    })  # fmt: skip
+    types = [pa.int64(), pa.int64()]
+    assert range_column(files, ["y", "x"], types, [[1, 5], [2, 150]]) == (1, Span((5, 150), False, False))
+    assert range_column(files, ["y", "x"], types, [[1, 5], [2, 250]]) == (0, Span((1, 2), False, False))
+    # No literal in x (bytes), an array in y: no range.
+    assert range_column(files, ["y", "x"], types, [[1, b"k"]]) == (0, Span((1, 1), False, False))
+    assert range_column(files, ["y", "x"], [pa.list_(pa.int64()), pa.binary()], [[None, b"k"]]) is None
+
+
+def test_file_pieces_take_every_file_once() -> None:
+    files = pa.table({"path": list("abcde"), "size_bytes": [5, 5, 12, None, 3]})
+    assert file_pieces(files, 10) == [["a", "b"], ["c"], ["d", "e"]]
+    assert file_pieces(files, 1) == [["a"], ["b"], ["c"], ["d"], ["e"]]
+    assert file_pieces(files.slice(0, 0), 10) == []
+
+
+@pytest.mark.parametrize(
+    "types",
+    [(pa.int64(), pa.float64(), pa.string()), (pa.int64(), pa.list_(pa.float64()), pa.string())],
+    ids=["arrow", "python"],
+)
+def test_a_key_set_finds_whole_keys_as_postgresql_compares_them(types: tuple[pa.DataType, ...]) -> None:
+    nested = pa.types.is_nested(types[1])
+    f = (lambda v: None if v is None else [v]) if nested else (lambda v: v)
+    keys = [[1, f(0.0), "a"], [2, f(nan), None], [None, f(1.5), "b"], [1, f(1.5), "b"]]
+    rows = pa.table({
+        "k": pa.array([1, 1, 2, 2, None, None, 1, 1, 2], pa.int64()),
+        "f": pa.array([f(-0.0), f(0.0), f(nan), f(nan), f(1.5), f(1.5), f(1.5), f(0.0), f(0.0)], types[1]),
+        "s": pa.array(["a", "b", None, "x", "b", None, "b", None, None], pa.string()),
+    })  # fmt: skip
+    found = KeySet(["k", "f", "s"], keys, types).holds(rows).to_pylist()
+    # Each column's value is some key's, but (1, 0.0, "b") and (2, 0.0, NULL) are no key.
+    assert found == [True, False, True, False, True, False, True, False, False]
+
+
 def _files(*files: tuple[int, int | None, int | None]) -> pa.Table:
     """Add actions as delta-rs flattens them: size, and the key's min and max, per file."""
     sizes, lows, highs = zip(*files, strict=True)
@@ -187,6 +243,39 @@ def test_replace_tens_of_thousands_of_partitions(tmp_path: Path, spread: str) ->
     expected[None] = "bNone"
     assert got == expected
     assert max(store.history(path), key=lambda c: c.version).cut == {"s": Cut(1)}
+
+
+@pytest.mark.parametrize("shape", ["two columns", "bytes"])
+def test_replace_tens_of_thousands_of_keys_without_a_predicate(tmp_path: Path, shape: str) -> None:
+    """Past the predicate's limit, a two-column key rewrites a range of one column; a key without SQL
+    literals (bytes) rewrites the table. Either keeps whole keys, not columns: (i, 1) replaced, (i, 0)
+    kept."""
+    store = DeltaRsStore(file_bytes=64 << 10)
+    path = tmp_path / "out"
+    n = 60_000
+    cols = ["id", "part"] if shape == "two columns" else ["id"]
+
+    def key(i: int, p: int) -> tuple[Any, ...]:
+        return (i, p) if shape == "two columns" else (f"{i}/{p}".encode(),)
+
+    def rows(keys: list[tuple[Any, ...]], tag: str) -> pa.Table:
+        arrays = {c: [k[j] for k in keys] for j, c in enumerate(cols)}
+        return pa.table({**arrays, "v": [f"{tag}{k}" for k in keys]})
+
+    first = [key(i, p) for i in range(n) for p in (0, 1)]
+    touched = [key(i, 1) for i in range(0, n, 3)]  # 20,000 keys, one column's values shared with kept keys
+    new = touched[::2]
+    for batch, (keys, parts, tag) in enumerate([(first, None, "a"), (new, touched, "b")]):
+        store.replace_partitions(
+            path, rows(keys, tag), key=cols, partition_cols=cols,
+            partitions=None if parts is None else [list(k) for k in parts],
+            cut={"s": Cut(batch)}, batch=batch, app_id="test",
+        )  # fmt: skip
+    got = {tuple(r[c] for c in cols): r["v"] for r in store.read(path).to_pylist()}
+    gone = set(touched)
+    expected = {k: f"a{k}" for k in first if k not in gone} | {k: f"b{k}" for k in new}
+    assert got == expected
+    assert len(store.history(path)) >= 2
 
 
 def test_a_store_sees_commits_made_elsewhere(tmp_path: Path) -> None:

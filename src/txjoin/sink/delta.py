@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txjoin.cut import Cut, cuts_from_json, cuts_to_json
@@ -35,17 +36,19 @@ from txjoin.errors import SinkError
 from txjoin.faults import mutated
 from txjoin.pg.names import quote_ident
 from txjoin.sink.keys import (
-    MAX_PREDICATE_TERMS,
     RANGE_PIECE_BYTES,
     RANGE_STREAM_BYTES,
+    KeySet,
     NoLiteral,
+    Span,
     TooLong,
     equals,
+    file_pieces,
     files_to_read,
-    hashable,
-    is_nan,
+    in_predicates,
     overwrite_predicate,
     partition_predicate,
+    range_column,
     range_is_cheaper,
     range_pieces,
     sql_literal,
@@ -164,30 +167,8 @@ def _sorted(rows: pa.Table, cols: Sequence[str]) -> pa.Table:
         return rows
     try:
         return rows.sort_by([(c, "ascending") for c in cols])
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):  # arrays do not sort
         return rows
-
-
-def _wanted(keys: Sequence[Any], typ: pa.DataType) -> pa.Array:
-    """The replaced keys as an array of the key column's type, for :func:`_kept`."""
-    import pyarrow.compute as pc
-
-    wanted = pa.array(keys, typ)  # is_in finds NaN by NaN
-    return pc.add(wanted, 0.0) if pa.types.is_floating(typ) else wanted  # see _kept
-
-
-def _kept(old: pa.Table, col: str, wanted: pa.Array, nulls: bool) -> pa.Table:
-    """``old``'s rows whose key is not in ``wanted`` (:func:`_wanted`) nor NULL when ``nulls``: keys
-    compare as PostgreSQL's = does."""
-    import pyarrow.compute as pc
-
-    values = old.column(col)
-    if pa.types.is_floating(values.type):  # is_in tells -0.0 from 0.0, the predicate does not
-        values = pc.add(values, 0.0)
-    keep = pc.invert(pc.fill_null(pc.is_in(values, value_set=wanted), False))
-    if nulls:
-        keep = pc.and_(keep, pc.invert(pc.is_null(old.column(col))))
-    return old.filter(keep)
 
 
 def _range_pieces(
@@ -340,25 +321,27 @@ class DeltaRsStore:
             if not partitions and not rows.num_rows and table is not None:
                 # Nothing to replace (and no predicate for it): the cut alone.
                 return self.advance(path, cut=cut, batch=batch, app_id=app_id)
+            predicate: str | None
+            types = [rows.schema.field(c).type for c in partition_cols]
             try:
-                predicate: str | None
+                if not all(map(in_predicates, types)):
+                    raise NoLiteral
                 predicate, terms = partition_predicate(partition_cols, partitions)
-            except NoLiteral:
-                return self._rewrite_all(path, rows, partition_cols, partitions, props)
-            except TooLong:
-                if len(partition_cols) != 1:
-                    return self._rewrite_all(path, rows, partition_cols, partitions, props)
-                predicate, terms = None, MAX_PREDICATE_TERMS + 1
-            col = partition_cols[0] if len(partition_cols) == 1 else None
-            # Read once, for the choice and the range rewrite.
-            files = None if col is None or table is None else _add_actions(table)
-            if col is not None and table is not None and files is not None and (
-                predicate is None or range_is_cheaper(files, col, partitions, terms)
-            ):
-                self._rewrite_range(path, table, files, rows, col, partitions, props)
+            except (NoLiteral, TooLong):
+                predicate, terms = None, 0
+            if table is None:  # nothing to replace
+                self._write(str(path), rows, props, mode="overwrite")
             else:
-                how = {} if predicate is None else {"predicate": predicate}  # None: no table yet
-                self._write(str(path) if table is None else table, rows, props, mode="overwrite", **how)
+                files = _add_actions(table)  # read once, for the choice and the rewrite
+                ranged, (first, *more) = None, partition_cols
+                if predicate is None or (not more and range_is_cheaper(files, first, partitions, terms)):
+                    ranged = range_column(files, partition_cols, types, partitions)
+                if ranged is not None:
+                    self._rewrite_range(path, table, files, rows, partition_cols, *ranged, partitions, props)
+                elif predicate is None:
+                    self._rewrite_all(path, table, files, rows, partition_cols, partitions, props)
+                else:
+                    self._write(table, rows, props, mode="overwrite", predicate=predicate)
             if mutated("double-commit") and rows.num_rows:
                 write_deltalake(str(path), rows, mode="append", commit_properties=props)
             table = self._current(path)
@@ -381,11 +364,14 @@ class DeltaRsStore:
         table: DeltaTable,
         files: pa.Table,
         rows: pa.Table,
-        col: str,
+        cols: Sequence[str],
+        at: int,
+        span: Span,
         partitions: Sequence[Sequence[Any]],
         props: Any,
     ) -> int:
-        """Replace many partitions by rewriting the key range they span, in one commit.
+        """Replace many partitions by rewriting the range they span in key column ``cols[at]``, in one
+        commit (``span``: :func:`range_column`'s choice).
 
         ``files`` are ``table``'s add actions (:func:`_add_actions`), read at the same version.
 
@@ -393,46 +379,39 @@ class DeltaRsStore:
         rows that are not replaced are read and written back. Costs the range,
         not the table, when a batch's keys are clustered (new rows, recent edits).
         """
-        import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
-        keys = [p[0] for p in partitions if p[0] is not None]
-        present = [v for v in keys if not is_nan(v)]
+        col = cols[at]
         schema = pa.schema(table.schema().to_arrow())
         typ, q, k = schema.field(col).type, quote_ident(col), ds.field(col)
-        terms, where, bounds = [], None, None
-        if present:
-            lo, hi = min(present), max(present)
-            if isinstance(lo, float) and lo == 0:  # statistics order -0.0 below 0.0: span both
-                lo = -0.0
-            if isinstance(hi, float) and hi == 0:
-                hi = 0.0
-            bounds = (lo, hi)
+        terms, where = [], None
+        if span.bounds is not None:
+            lo, hi = span.bounds
             terms.append(f"({q} >= {sql_literal(lo)} AND {q} <= {sql_literal(hi)})")
             where = (k >= pa.scalar(lo, typ)) & (k <= pa.scalar(hi, typ))
-        nan, nulls = len(present) < len(keys), len(keys) < len(partitions)
-        if nan:
+        if span.nan:
             terms.append(equals(q, math.nan))
             where = k.is_nan() if where is None else where | k.is_nan()
-        if nulls:
+        if span.nulls:
             terms.append(f"{q} IS NULL")
             where = k.is_null() if where is None else where | k.is_null()
         # Not delta-rs's pyarrow dataset: it drops files whose statistics are NULL (see files_to_read).
-        read = files_to_read(files, col, bounds, nulls, nan)
-        predicate = overwrite_predicate(" OR ".join(terms), len(terms), keys)
+        read = files_to_read(files, col, span.bounds, span.nulls, span.nan)
+        predicate = overwrite_predicate(" OR ".join(terms), len(terms), [p[at] for p in partitions])
         chosen = pc.is_in(files.column("path"), value_set=pa.array(read, pa.string()))
         size = pc.sum(files.column("size_bytes").filter(chosen)).as_py() or 0
         pieces = None
-        if bounds is not None and size > RANGE_STREAM_BYTES:
-            pieces = _range_pieces(files, col, bounds, typ)
-        if pieces is not None and (nan or nulls):  # keys outside every range: a piece of their own
-            odd = k.is_nan() if nan else k.is_null()
-            if nan and nulls:
+        if span.bounds is not None and size > RANGE_STREAM_BYTES:
+            pieces = _range_pieces(files, col, span.bounds, typ)
+        if pieces is not None and (span.nan or span.nulls):  # keys outside every range: a piece of their own
+            odd = k.is_nan() if span.nan else k.is_null()
+            if span.nan and span.nulls:
                 odd = odd | k.is_null()
-            pieces.append((odd, files_to_read(files, col, None, nulls, nan)))
+            pieces.append((odd, files_to_read(files, col, None, span.nulls, span.nan)))
+        order = [col, *(c for c in cols if c != col)]
         batches = self._pieces(
-            path, schema, [(where, read)] if pieces is None else pieces, _sorted(rows, [col]).cast(schema),
-            col, _wanted(keys, typ), nulls,
+            path, schema, [(where, read)] if pieces is None else pieces, _sorted(rows, order).cast(schema),
+            order, KeySet(cols, partitions, [schema.field(c).type for c in cols]),
         )  # fmt: skip
         # One read is written as a table, as before pieces; pieces as a stream, in bounded memory.
         data: pa.Table | pa.RecordBatchReader
@@ -449,24 +428,25 @@ class DeltaRsStore:
         schema: pa.Schema,
         pieces: Sequence[tuple[Any, Sequence[str]]],
         rows: pa.Table,
-        col: str,
-        wanted: pa.Array,
-        nulls: bool,
+        order: Sequence[str],
+        replaced: KeySet,
     ) -> Iterator[pa.RecordBatch]:
-        """A range rewrite's rows, piece after piece (``(filter, files)``): each piece's rows that are
-        not replaced, beside the batch's rows in it, in key order. Raises if a batch row is in no piece."""
+        """A rewrite's rows, piece after piece (``(filter, files)``; a None filter: the files' every
+        row and none of the batch's): each piece's rows whose key is not ``replaced``, beside the batch's
+        rows in it, in key ``order``. Raises if a batch row is in no piece."""
         import pyarrow.dataset as ds
 
         placed = 0
         for where, paths in pieces:
             old = ds.dataset([str(path / unquote(f)) for f in paths], schema=schema, format="parquet")
-            new = rows.filter(where)
+            old_rows = old.to_table(filter=where)
+            new = rows.filter(where) if where is not None else rows.slice(0, 0)
             placed += new.num_rows
-            piece = pa.concat_tables([_kept(old.to_table(filter=where), col, wanted, nulls), new])
-            yield from _sorted(piece, [col]).to_batches()
+            kept = old_rows.filter(pc.invert(replaced.holds(old_rows)))
+            yield from _sorted(pa.concat_tables([kept, new]), order).to_batches()
         if placed != rows.num_rows:  # would be lost: the overwrite's predicate covers every key
             raise SinkError(
-                f"internal error: a key-range rewrite of {path} placed {placed} of the batch's "
+                f"internal error: a rewrite of {path} placed {placed} of the batch's "
                 f"{rows.num_rows} rows in its pieces; nothing was committed. Please report it",
                 path=str(path),
             )
@@ -474,33 +454,27 @@ class DeltaRsStore:
     def _rewrite_all(
         self,
         path: Path,
+        table: DeltaTable,
+        files: pa.Table,
         rows: pa.Table,
-        partition_cols: Sequence[str],
+        cols: Sequence[str],
         partitions: Sequence[Sequence[Any]],
         props: Any,
     ) -> int:
-        """Replace partitions that have no SQL literal (bytes, arrays) by rewriting the table.
+        """Replace partitions that no key column can give a range for (no SQL literal: bytes, arrays,
+        a numeric NaN) by rewriting the whole table, a piece of files at a time, in one commit.
 
-        Slow (the whole table), but exact; such partition keys are rare.
+        Slow (the whole table), but exact, in bounded memory; such partition keys are rare.
         """
-        old = self._current(path).to_pyarrow_table()
-        wanted = {hashable(tuple(p)) for p in partitions}
-        cols = old.select(list(partition_cols)).to_pylist()
-        keep = pa.array([hashable(tuple(r.values())) not in wanted for r in cols], type=pa.bool_())
-        return self._write_kept(path, old.filter(keep), rows, partition_cols, props, None)
+        import pyarrow.dataset as ds
 
-    def _write_kept(
-        self,
-        path: Path,
-        kept: pa.Table,
-        rows: pa.Table,
-        cols: Sequence[str],
-        props: Any,
-        predicate: str | None,
-    ) -> int:
-        """Overwrite the table (or what ``predicate`` selects) with ``kept`` + ``rows``, in one commit."""
-        merged = pa.concat_tables([kept, rows.cast(kept.schema)])
-        self._write(self._current(path), _sorted(merged, cols), props, mode="overwrite", predicate=predicate)
+        schema = pa.schema(table.schema().to_arrow())
+        pieces: list[tuple[Any, Sequence[str]]] = [(None, p) for p in file_pieces(files, RANGE_PIECE_BYTES)]
+        pieces.append((ds.scalar(True), []))  # the batch's rows, after every file's
+        replaced = KeySet(cols, partitions, [schema.field(c).type for c in cols])
+        batches = self._pieces(path, schema, pieces, _sorted(rows, cols).cast(schema), cols, replaced)
+        reader = pa.RecordBatchReader.from_batches(schema, batches)
+        self._write(self._current(path), reader, props, mode="overwrite")
         return self._version(path)
 
     def _write(

@@ -11,10 +11,12 @@ import bisect
 import datetime as dt
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from txjoin.pg.names import quote_ident
 
@@ -24,16 +26,22 @@ __all__ = [
     "RANGE_PIECE_BYTES",
     "RANGE_STREAM_BYTES",
     "TERM_BYTES",
+    "KeySet",
     "NoLiteral",
+    "Span",
     "TooLong",
     "equals",
+    "file_pieces",
     "files_to_read",
     "hashable",
+    "in_predicates",
     "is_nan",
     "overwrite_predicate",
     "partition_predicate",
+    "range_column",
     "range_is_cheaper",
     "range_pieces",
+    "span",
     "sql_literal",
 ]
 
@@ -322,3 +330,133 @@ def hashable(v: Any) -> Any:
     if isinstance(v, dict):
         return tuple(sorted((k, hashable(x)) for k, x in v.items()))
     return v
+
+
+@dataclass(frozen=True)
+class Span:
+    """What a range rewrite on one key column replaces: a range, NaN, NULL."""
+
+    bounds: tuple[Any, Any] | None  # the lowest and highest key that is neither NULL nor NaN
+    nan: bool
+    nulls: bool
+
+
+def span(values: Sequence[Any]) -> Span:
+    """The span of one key column's ``values``; raises :class:`NoLiteral` when its bounds have no SQL
+    literal (bytes, arrays, a numeric NaN) or do not compare (mixed types)."""
+    keys = [v for v in values if v is not None]
+    present = [v for v in keys if not is_nan(v)]
+    bounds = None
+    if present:
+        try:
+            lo, hi = min(present), max(present)
+        except (TypeError, ArithmeticError) as e:  # Decimal's NaN does not compare
+            raise NoLiteral(str(e)) from e
+        if isinstance(lo, float) and lo == 0:  # statistics order -0.0 below 0.0: span both
+            lo = -0.0
+        if isinstance(hi, float) and hi == 0:
+            hi = 0.0
+        sql_literal(lo), sql_literal(hi)
+        bounds = (lo, hi)
+    return Span(bounds, len(present) < len(keys), len(keys) < len(values))
+
+
+def in_predicates(typ: pa.DataType) -> bool:
+    """Whether a column of type ``typ`` may appear in delta-rs's predicates: not arrays, structs or
+    maps, not even under IS NULL ("Predicate references unknown column", delta-rs 1.6.6)."""
+    return not pa.types.is_nested(typ)
+
+
+def range_column(
+    files: pa.Table, cols: Sequence[str], types: Sequence[pa.DataType], partitions: Sequence[Sequence[Any]]
+) -> tuple[int, Span] | None:
+    """The key column (of type ``types``) whose span over ``partitions`` reaches the fewest bytes of
+    ``files`` (delta-rs's add actions), for a range rewrite; None when no column's span has a literal.
+
+    Any column will do: every row of a replaced partition lies in the span of each of its columns.
+    """
+    sizes = dict(zip(files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), strict=True))
+    best: tuple[int, int, Span] | None = None
+    for i, (col, typ) in enumerate(zip(cols, types, strict=True)):
+        if not in_predicates(typ):
+            continue
+        try:
+            s = span([p[i] for p in partitions])
+        except NoLiteral:
+            continue
+        cost = sum(sizes[f] or 0 for f in files_to_read(files, col, s.bounds, s.nulls, s.nan))
+        if best is None or cost < best[0]:
+            best = (cost, i, s)
+    return None if best is None else best[1:]
+
+
+def file_pieces(files: pa.Table, budget: int) -> list[list[str]]:
+    """Every file of ``files`` (delta-rs's add actions), in pieces that each read about ``budget`` bytes."""
+    pieces: list[list[str]] = []
+    taken = budget
+    for path, n in zip(files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), strict=True):
+        if taken + (n or 0) > budget and (not pieces or pieces[-1]):
+            pieces.append([])
+            taken = 0
+        pieces[-1].append(path)
+        taken += n or 0
+    return pieces
+
+
+def _one_zero(a: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    return pc.add(a, 0.0) if pa.types.is_floating(a.type) else a  # index_in tells -0.0 from 0.0
+
+
+def _pair(codes: Any, more: Any, n: int) -> Any:
+    """One code per pair of codes (``more`` below ``n``); NULL where either is."""
+    return pc.add(pc.multiply(pc.cast(codes, pa.int64()), n), pc.cast(more, pa.int64()))
+
+
+class KeySet:
+    """Keys (one value per column of ``cols``) to find rows by, in Arrow's compute where it can.
+
+    Keys compare as PostgreSQL's ``=`` does (one zero, one NaN), and NULL finds NULL: a partition
+    of NULLs is one partition, as in GROUP BY. Each column's values are coded by their place among
+    the keys' values in that column, and a row's codes are folded pair by pair into the code of its
+    key prefix among the keys' prefixes: memory grows with the keys, not the rows. Types Arrow cannot
+    look up (lists, structs) are compared in Python.
+    """
+
+    def __init__(
+        self, cols: Sequence[str], keys: Sequence[Sequence[Any]], types: Sequence[pa.DataType]
+    ) -> None:
+        self.cols = list(cols)
+        self._keys = keys
+        self._values: list[pa.Array] = []  # per column, the keys' distinct values
+        self._prefixes: list[pa.Array] = []  # per column after the first, the keys' distinct prefix codes
+        self._set: set[Any] | None = None
+        try:
+            arrays = [_one_zero(pa.array([k[i] for k in keys], t)) for i, t in enumerate(types)]
+            self._values = [pc.unique(a) for a in arrays]
+            self._prefixes = []
+            self._codes(arrays, learn=True)
+        except (pa.ArrowException, TypeError, ValueError):
+            self._values = []
+
+    def _codes(self, arrays: Sequence[Any], learn: bool = False) -> Any:
+        """Each row's code among the keys; NULL when its key is not one of them."""
+        code = pc.index_in(arrays[0], value_set=self._values[0], skip_nulls=False)
+        for i, a in enumerate(arrays[1:], 1):
+            values = self._values[i]
+            code = _pair(code, pc.index_in(a, value_set=values, skip_nulls=False), len(values))
+            if learn:
+                self._prefixes.append(pc.unique(code))
+            code = pc.index_in(code, value_set=self._prefixes[i - 1])
+        return code
+
+    def holds(self, rows: pa.Table) -> pa.Array | pa.ChunkedArray:
+        """For each of ``rows``, whether its key (its columns ``cols``) is one of the keys."""
+        if self._values:
+            try:
+                return pc.is_valid(self._codes([_one_zero(rows.column(c)) for c in self.cols]))
+            except (pa.ArrowException, TypeError, ValueError):
+                pass
+        if self._set is None:
+            self._set = {hashable(tuple(k)) for k in self._keys}
+        found, keys = self._set, rows.select(self.cols).to_pylist()
+        return pa.array([hashable(tuple(r.values())) in found for r in keys], pa.bool_())
