@@ -131,6 +131,15 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
             f"{rng(large['whole_read_peak_over_mib'])} ({s['baseline_peak_growth']:.2f}x)",
             f"{s['peak_growth']:.2f}x", "<= 1.5x growth", "yes" if s["peak_growth"] <= 1.5 else "no",
         ))  # fmt: skip
+        if "pair_peak_growth" in s:
+            g = s["pair_peak_growth"]
+            rows.append((
+                f"the same batch with a two-column key (order_id, region), {small['rows']:,} -> "
+                f"{large['rows']:,} rows: peak MiB above the process",
+                f"{rng(small['pair_peak_over_mib'])} -> {rng(large['pair_peak_over_mib'])}",
+                "reading the whole table, as above", f"{g:.2f}x", "<= 1.5x growth",
+                "yes" if g <= 1.5 else "no",
+            ))  # fmt: skip
     if "size" in f:
         for z in f["size"]["sizes"]:
             r = [t / med(z["ctas_s"]) for t in z["first_version_s"]]
