@@ -333,8 +333,8 @@ class DeltaRsStore:
                 self._write(str(path), rows, props, mode="overwrite")
             else:
                 files = _add_actions(table)  # read once, for the choice and the rewrite
-                ranged, (first, *more) = None, partition_cols
-                if predicate is None or (not more and range_is_cheaper(files, first, partitions, terms)):
+                ranged, one = None, partition_cols[0] if len(partition_cols) == 1 else None
+                if predicate is None or (one is not None and range_is_cheaper(files, one, partitions, terms)):
                     ranged = range_column(files, partition_cols, types, partitions)
                 if ranged is not None:
                     self._rewrite_range(path, table, files, rows, partition_cols, *ranged, partitions, props)

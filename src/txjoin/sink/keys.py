@@ -356,7 +356,8 @@ def span(values: Sequence[Any]) -> Span:
             lo = -0.0
         if isinstance(hi, float) and hi == 0:
             hi = 0.0
-        sql_literal(lo), sql_literal(hi)
+        for v in (lo, hi):
+            sql_literal(v)  # raises NoLiteral
         bounds = (lo, hi)
     return Span(bounds, len(present) < len(keys), len(keys) < len(values))
 
