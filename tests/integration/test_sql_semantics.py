@@ -1,6 +1,7 @@
 """PostgreSQL's answer or a refusal, end to end: partitioned tables through the
-partition root, and sources txjoin refuses before capture starts (replica
-identity on another index, row-filtered publications, inheritance children).
+partition root (and thousands of their two-column keys in one transaction),
+and sources txjoin refuses before capture starts (replica identity on another
+index, row-filtered publications, inheritance children).
 """
 
 from __future__ import annotations
@@ -79,6 +80,47 @@ def test_partitioned_table_changes_arrive_through_the_root(spark: Any, pg_db: st
             expected = query(pg_db, SQL)
             assert not (diff := compare_rows(got, expected, cols)), diff.describe()
             assert {r["code"]: r["total"] for r in got}["EU"] != {r["code"]: r["total"] for r in first}["EU"]
+        finally:
+            pipeline.close()
+
+
+ROWS_SQL = "SELECT e.id, e.region, e.amount, r.name FROM events e JOIN regions r ON r.code = e.region"
+
+
+@pytest.mark.spark
+def test_thousands_of_keys_of_two_columns_in_one_transaction(spark: Any, pg_db: str, tmp_path: Path) -> None:
+    """Past 4,000 terms a batch's keys (id, region) have no overwrite predicate: the sink rewrites a
+    range of one column and keeps the rows of keys it does not replace, here (id, 'EU') beside (id, 'US')
+    after a move, and the same ids in other regions."""
+    execute(pg_db, PARTITIONED.replace("generate_series(1, 30)", "generate_series(1, 12000)"))
+    execute(pg_db, "INSERT INTO events SELECT g, 'US', -g FROM generate_series(1, 12000, 7) g WHERE g % 3 <> 1")
+    spec = build_spec(
+        {
+            "name": "pairs",
+            "state_dir": str(tmp_path / "state"),
+            "sources": {"s": {"dsn": pg_db, "tables": ["public.regions", "public.events"]}},
+            "outputs": {"rows": {"key": ["id", "region"], "sql": ROWS_SQL}},
+        },
+        tmp_path,
+        "two-column keys spec",
+    )
+    config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
+    with running_capture(config) as ct:
+        pipeline = Pipeline(spec, spark)
+        try:
+            pipeline.run_available()
+            xid = commit(
+                pg_db,
+                "UPDATE events SET amount = amount + 1 WHERE id % 2 = 0 AND region <> 'US'",  # about 4,000 keys
+                "DELETE FROM events WHERE id % 5 = 0 AND region = 'US'",
+                "UPDATE events SET region = 'AP' WHERE id % 11 = 1 AND region = 'EU'",  # moves: two keys each
+            )
+            wait_for_xids(spec.changelog, "s", {xid}, ct)
+            pipeline.run_available()
+            got = DeltaRsStore().read(spec.outputs["rows"].path).to_pylist()
+            expected = query(pg_db, ROWS_SQL)
+            assert len(expected) > 12_000
+            assert not (diff := compare_rows(got, expected, ("id", "region", "amount", "name"))), diff.describe()
         finally:
             pipeline.close()
 
