@@ -434,9 +434,8 @@ class KeySet:
         try:
             arrays = [_one_zero(pa.array([k[i] for k in keys], t)) for i, t in enumerate(types)]
             self._values = [pc.unique(a) for a in arrays]
-            self._prefixes = []
             self._codes(arrays, learn=True)
-        except (pa.ArrowException, TypeError, ValueError):
+        except (pa.ArrowException, TypeError, ValueError):  # a type Arrow cannot look up: Python's path
             self._values = []
 
     def _codes(self, arrays: Sequence[Any], learn: bool = False) -> Any:
@@ -455,7 +454,7 @@ class KeySet:
         if self._values:
             try:
                 return pc.is_valid(self._codes([_one_zero(rows.column(c)) for c in self.cols]))
-            except (pa.ArrowException, TypeError, ValueError):
+            except (pa.ArrowException, TypeError, ValueError):  # rows of another type: Python's path
                 pass
         if self._set is None:
             self._set = {hashable(tuple(k)) for k in self._keys}
