@@ -409,17 +409,36 @@ class DeltaRsStore:
                 odd = odd | k.is_null()
             pieces.append((odd, files_to_read(files, col, None, span.nulls, span.nan)))
         order = [col, *(c for c in cols if c != col)]
-        batches = self._pieces(
-            path, schema, [(where, read)] if pieces is None else pieces, _sorted(rows, order).cast(schema),
-            order, KeySet(cols, partitions, [schema.field(c).type for c in cols]),
-        )  # fmt: skip
         # One read is written as a table, as before pieces; pieces as a stream, in bounded memory.
+        return self._overwrite_pieces(
+            path, schema, [(where, read)] if pieces is None else pieces, rows, cols, order, partitions, props,
+            stream=pieces is not None, predicate=predicate,
+        )  # fmt: skip
+
+    def _overwrite_pieces(
+        self,
+        path: Path,
+        schema: pa.Schema,
+        pieces: Sequence[tuple[Any, Sequence[str]]],
+        rows: pa.Table,
+        cols: Sequence[str],
+        order: Sequence[str],
+        partitions: Sequence[Sequence[Any]],
+        props: Any,
+        *,
+        stream: bool,
+        **how: Any,
+    ) -> int:
+        """Overwrite (where ``how`` says) with :meth:`_pieces`'s rows for replacing ``partitions`` (values
+        of ``cols``), sorted by ``order``, in one commit: streamed, or as one table."""
+        replaced = KeySet(cols, partitions, [schema.field(c).type for c in cols])
+        batches = self._pieces(path, schema, pieces, _sorted(rows, order).cast(schema), order, replaced)
         data: pa.Table | pa.RecordBatchReader
-        if pieces is None:
-            data = pa.Table.from_batches(list(batches), schema)
-        else:
+        if stream:
             data = pa.RecordBatchReader.from_batches(schema, batches)
-        self._write(self._current(path), data, props, mode="overwrite", predicate=predicate)
+        else:
+            data = pa.Table.from_batches(list(batches), schema)
+        self._write(self._current(path), data, props, mode="overwrite", **how)
         return self._version(path)
 
     def _pieces(
@@ -471,11 +490,7 @@ class DeltaRsStore:
         schema = pa.schema(table.schema().to_arrow())
         pieces: list[tuple[Any, Sequence[str]]] = [(None, p) for p in file_pieces(files, RANGE_PIECE_BYTES)]
         pieces.append((ds.scalar(True), []))  # the batch's rows, after every file's
-        replaced = KeySet(cols, partitions, [schema.field(c).type for c in cols])
-        batches = self._pieces(path, schema, pieces, _sorted(rows, cols).cast(schema), cols, replaced)
-        reader = pa.RecordBatchReader.from_batches(schema, batches)
-        self._write(self._current(path), reader, props, mode="overwrite")
-        return self._version(path)
+        return self._overwrite_pieces(path, schema, pieces, rows, cols, cols, partitions, props, stream=True)
 
     def _write(
         self, target: DeltaTable | str, rows: pa.Table | pa.RecordBatchReader, props: Any, **how: Any
