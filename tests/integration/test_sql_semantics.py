@@ -44,19 +44,24 @@ SQL = (
 )
 
 
-@pytest.mark.spark
-def test_partitioned_table_changes_arrive_through_the_root(spark: Any, pg_db: str, tmp_path: Path) -> None:
-    execute(pg_db, PARTITIONED)
-    spec = build_spec(
+def _events_spec(dsn: str, tmp_path: Path, output: str, key: list[str], sql: str) -> Any:
+    """A pipeline's spec reading PARTITIONED's two tables into one output."""
+    return build_spec(
         {
             "name": "parts",
             "state_dir": str(tmp_path / "state"),
-            "sources": {"s": {"dsn": pg_db, "tables": ["public.regions", "public.events"]}},
-            "outputs": {"by_region": {"key": ["code"], "sql": SQL}},
+            "sources": {"s": {"dsn": dsn, "tables": ["public.regions", "public.events"]}},
+            "outputs": {output: {"key": key, "sql": sql}},
         },
         tmp_path,
         "partition spec",
     )
+
+
+@pytest.mark.spark
+def test_partitioned_table_changes_arrive_through_the_root(spark: Any, pg_db: str, tmp_path: Path) -> None:
+    execute(pg_db, PARTITIONED)
+    spec = _events_spec(pg_db, tmp_path, "by_region", ["code"], SQL)
     config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
     with running_capture(config) as ct:
         pipeline = Pipeline(spec, spark)
@@ -94,16 +99,7 @@ def test_thousands_of_keys_of_two_columns_in_one_transaction(spark: Any, pg_db: 
     after a move, and the same ids in other regions."""
     execute(pg_db, PARTITIONED.replace("generate_series(1, 30)", "generate_series(1, 12000)"))
     execute(pg_db, "INSERT INTO events SELECT g, 'US', -g FROM generate_series(1, 12000, 7) g WHERE g % 3 <> 1")
-    spec = build_spec(
-        {
-            "name": "pairs",
-            "state_dir": str(tmp_path / "state"),
-            "sources": {"s": {"dsn": pg_db, "tables": ["public.regions", "public.events"]}},
-            "outputs": {"rows": {"key": ["id", "region"], "sql": ROWS_SQL}},
-        },
-        tmp_path,
-        "two-column keys spec",
-    )
+    spec = _events_spec(pg_db, tmp_path, "rows", ["id", "region"], ROWS_SQL)
     config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
     with running_capture(config) as ct:
         pipeline = Pipeline(spec, spark)
