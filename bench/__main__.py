@@ -193,6 +193,13 @@ def summary_rows(f: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]
             f"{med(t) / capture:.2f}" if capture else "n/a", ">= 0.4 of capture alone",
             ("yes" if med(t) >= 0.4 * capture else "no") if capture else "",
         ))  # fmt: skip
+        if "drain_row_events_per_s" in e["throughput"]:
+            d = e["throughput"]["drain_row_events_per_s"]
+            rows.append((
+                "drain of a backlog (capture and pipeline stopped while the clients ran), row events/s",
+                rng(d), "capture alone: " + (f"{capture:,.0f}" if capture else "n/a"),
+                f"{med(d) / capture:.2f}" if capture else "n/a", "", "",
+            ))  # fmt: skip
         for share, lat in e["latency"].items():
             at_half = abs(float(share) - 0.5) < 1e-9  # the target is at 50% of the maximum
             ok = med(lat["p50_s"]) <= 1 and med(lat["p99_s"]) <= 2

@@ -9,6 +9,11 @@ PostgreSQL, capture, the Spark pipeline, the workload's clients.
   output version covers the last one. One such run first warms the JVM up;
   its figure is reported as the cold one. The pipeline's checks and the naive
   baseline are off: they would compete for the same two cores.
+- *drain*: the same clients with capture and the pipeline stopped for
+  ``--seconds``/3, then both started: row events/s from the restart until
+  every output covers the last commit. txjoin's own maximum with the cores
+  to itself (no clients, no PostgreSQL writing beside it), as capture alone
+  is measured; the output table is larger than in the live runs.
 - *latency*: the same scenario paced at 25%, 50% and 90% of the transaction
   rate the throughput runs reached; commit-to-visible p50/p99 (commit on
   PostgreSQL to the Delta commit holding it).
@@ -134,6 +139,17 @@ def main() -> None:
             "batch_stages_s": stages,
             "cold_row_events_per_s": cold.events_per_s,
         }
+        drains = []
+        for _ in range(args.runs):
+            r = _run(spark, pg, ingest, home, seconds=args.seconds / 3, clients=args.clients, backlog=True)
+            drains.append(r.events_per_s)
+            print(
+                f"drain: {r.transactions} transactions, {r.events:,} row events committed with capture "
+                f"and the pipeline stopped; drained at {r.events_per_s:,.0f} row events/s in "
+                f"{r.micro_batches} micro-batches, median batch {r.batch_stages_s.get('total', 0):.2f} s",
+                flush=True,
+            )
+        out["throughput"]["drain_row_events_per_s"] = drains
         # txjoin's maximum throughput in transactions/s: the load points below are shares of it.
         top = Stat(rates).median / statistics.median(per_tx)
         out["throughput"]["max_tx_per_s"] = top

@@ -315,6 +315,7 @@ def run_scenario(
     baseline: bool = True,
     rate: float | None = None,
     options: dict[str, Any] | None = None,
+    backlog: bool = False,
 ) -> Report:
     """Run ``scenario`` end to end and report.
 
@@ -323,6 +324,10 @@ def run_scenario(
     serve measurements (bench/), where the checks would compete for the cores.
     ``rate`` overrides the scenario's transactions per second (0: unpaced);
     ``options`` override pipeline options of the scenario's spec.
+    ``backlog=True`` stops capture and the pipeline while the clients run,
+    then starts both and times the drain alone (``seconds`` and
+    ``events_per_s`` from the restart to convergence): txjoin's throughput
+    with the cores to itself, as capture alone is measured (bench/).
     """
     home = home.absolute()
     work = home / "scenarios" / scenario.name
@@ -382,6 +387,9 @@ def run_scenario(
                 )
                 naive.start()
             _wait_first_versions(spec, pipeline, captures)
+            if backlog:
+                pipeline.stop()
+                captures.stop()
             run = Clients(
                 dsns,
                 scenario.workload,
@@ -398,6 +406,13 @@ def run_scenario(
                     daemon=True,
                 ).start()
             run.run()
+            started = run.started
+            if backlog:
+                started = time.time()
+                captures = CaptureThreads(spec)
+                captures.start()
+                pipeline.start()
+                _drain_captures(captures, run.committed, converge_timeout)
             _converge(spec, pipeline, captures, converge_timeout)
             finished = time.time()
             pipeline.stop()
@@ -413,7 +428,7 @@ def run_scenario(
         report.transactions = len(run.committed)
         report.aborted = run.aborted
         report.events = sum(e.event_count for es in ends.values() for e in es[1:])
-        report.seconds = finished - run.started  # from the first transaction to convergence
+        report.seconds = finished - started  # from the first transaction (or the restart) to convergence
         report.events_per_s = report.events / report.seconds if report.seconds > 0 else 0.0
         if check:
             versions, violations = check_versions(pipeline.plans, spec, oracle)
@@ -456,6 +471,19 @@ def _wait_first_versions(spec: PipelineSpec, pipeline: Pipeline, captures: Captu
         if time.monotonic() > deadline:
             raise TxJoinError("the pipeline wrote no first version within 300 s: see its log")
         time.sleep(0.2)
+
+
+def _drain_captures(captures: CaptureThreads, committed: list[Committed], timeout: float) -> None:
+    """Wait until the restarted captures have written as many transactions as the clients
+    committed (every transaction of a backlog run must change a captured table)."""
+    want = {s: sum(1 for c in committed if c.source == s) for s in captures.captures}
+    deadline = time.monotonic() + timeout
+    while any(captures.captures[s].stats.transactions < n for s, n in want.items()):
+        captures.check()
+        if time.monotonic() > deadline:
+            got = {s: c.stats.transactions for s, c in captures.captures.items()}
+            raise TxJoinError(f"capture wrote {got} of {want} transactions within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def _last_end_lsn(reader: ChangelogReader, source: str) -> int:
