@@ -426,6 +426,13 @@ def details(f: dict[str, Any]) -> list[str]:
             + "; ".join(", ".join(f"{k} {v:.2f}" for k, v in s.items()) for s in t["batch_stages_s"])
             + "."
         )
+        if "drain_row_events_per_s" in t:
+            out.append(
+                f"- Drain: the clients committed for a third of each run's seconds with capture and the "
+                f"pipeline stopped; both then started and drained the backlog at "
+                f"{rng(t['drain_row_events_per_s'])} row events/s, from their start until every output "
+                f"covered the last commit."
+            )
         k = e["keep_up"]
         out.append(
             f"- Keeping up: PostgreSQL alone reached {rng(k['postgres_max_tx_per_s'])} ledger tx/s; with "
