@@ -161,7 +161,8 @@ def _fast(spec: TableSpec, values: pd.Series) -> pa.Table | None:
         return None
     if parsed.num_rows != len(values) or parsed.column("op").null_count:
         return None  # wrapped records ({schema, payload}) and the like: the slow path knows them
-    return parsed
+    # One chunk per column once, here: its readers (_maybe_missing, _columns_fast) then copy nothing.
+    return parsed.combine_chunks()
 
 
 def _columns_fast(spec: TableSpec, parsed: pa.Table) -> tuple[list[pa.Array], list[list[str] | None]] | None:
