@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,9 @@ def _segment_written(topic: Path, xid: int) -> float:
 
 
 def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, Any]:
-    spark_conf = {"conf": conf} if conf else {}
+    # Both queries' progress is read at their end: keep all of it (Spark keeps 100 by default).
+    keep = {"spark.sql.streaming.numRecentProgressUpdates": str(max(100, 2 * txs + 40))}
+    spark_conf = {"conf": {**keep, **conf}}
     with (
         bench_postgres() as pg,
         bench_spark("txjoin-bench-fixed", "txjoin-bench-fixed-", **spark_conf) as (
@@ -122,7 +125,13 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
         captures = CaptureThreads(spec)
         captures.start()
         batches: dict[int, BatchStats] = {}
-        pipeline = Pipeline(spec, spark, on_batch=lambda b: batches.__setitem__(b.batch, b))
+        ended = threading.Event()
+
+        def on_batch(b: BatchStats) -> None:
+            batches[b.batch] = b
+            ended.set()
+
+        pipeline = Pipeline(spec, spark, on_batch=on_batch)
         delta = DeltaRsStore()
         path = spec.outputs["orders"].path
         rows: list[dict[str, float]] = []
@@ -144,15 +153,19 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
                     cur.execute("UPDATE orders SET amount = amount + 1 WHERE id = %s", (1 + i,))
                 conn.commit()
                 committed = time.time()
+                # The Delta log is read once per ended batch, not polled: reading its history
+                # in a loop took a quarter of a core and the GIL from the pipeline it measures.
                 while True:
-                    pipeline.check()
+                    if not ended.wait(1.0):
+                        pipeline.check()
+                        continue
+                    ended.clear()
                     last = delta.history(path)[-1]
                     if last.cut["s"].xid == xid:
                         break
-                    time.sleep(0.01)
                 visible = last.timestamp_ms / 1000 - committed
-                while int(last.batch or -1) not in batches:  # its stats arrive once the batch returns
-                    time.sleep(0.01)
+                if int(last.batch or -1) not in batches:
+                    raise RuntimeError(f"Delta version {last.version} has no batch stats ({last.batch})")
                 carried.append((int(last.batch or -1), visible, committed, last.timestamp_ms / 1000))
                 written.append(_segment_written(spec.changelog / transaction_topic("s"), xid))
                 time.sleep(gap)
