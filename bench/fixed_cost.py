@@ -46,7 +46,7 @@ from txjoin.decode import changelog_input
 from txjoin.join.batch import BatchStats
 from txjoin.pg import admin
 from txjoin.pipeline import Pipeline
-from txjoin.runner import CaptureThreads
+from txjoin.runner import CaptureProcesses
 from txjoin.sink.delta import DeltaRsStore
 from txjoin.spec import build_spec
 
@@ -122,7 +122,7 @@ def run(txs: int, gap: float, trigger: str, conf: dict[str, str]) -> dict[str, A
             "fixed-cost bench",
         )
         every = changelog_input(spec).trigger(spec.options.trigger_interval)  # the pipeline's and the floor's
-        captures = CaptureThreads(spec)
+        captures = CaptureProcesses(spec)
         captures.start()
         batches: dict[int, BatchStats] = {}
         ended = threading.Event()

@@ -1,23 +1,34 @@
-"""Running capture beside the Spark pipeline in one process (CLI, checks, scenarios).
+"""Running capture beside the Spark pipeline (CLI, checks, scenarios).
 
 Capture writes through a port (:mod:`txjoin.capture.writer`); this is where it
 is connected to the embedded changelog (:func:`open_capture`).
+:class:`CaptureProcesses` (``txjoin run``, ``txjoin scenario run``) runs each
+source's capture in a Python process of its own: capture decodes and encodes
+every event in Python, and in the pipeline's process it held the GIL that the
+driver's ``foreachBatch`` thread needs (bench/NOTES.md). :class:`CaptureThreads`
+runs them in threads of the caller's process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import pickle
+import subprocess
+import sys
 import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from txjoin.capture.config import CaptureConfig
-from txjoin.capture.stream import Capture
+from txjoin.capture.snapshot import Progress
+from txjoin.capture.stream import Capture, CaptureStats
 from txjoin.changelog import SegmentChangelog
 from txjoin.errors import TxJoinError
 from txjoin.spec import PipelineSpec
 
-__all__ = ["CaptureThreads", "open_capture"]
+__all__ = ["CaptureProcesses", "CaptureThreads", "open_capture"]
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +88,166 @@ class CaptureThreads:
         for t in self.threads:
             t.join(60)
         self.check()
+
+
+class _Remote:
+    """What a capture process last reported: the parts of :class:`Capture` callers read."""
+
+    def __init__(self) -> None:
+        self.stats = CaptureStats()
+        self.streaming = threading.Event()
+        self.snapshot_progress = Progress({}, {}, time.monotonic())
+
+
+class CaptureProcesses:
+    """One capture per source, each in a process of its own (``python -m txjoin.runner``).
+
+    The same interface as :class:`CaptureThreads`. The configuration, DSN included, goes
+    to the child on its stdin (never on its command line); the child reports its
+    counters, snapshot progress and errors on its stdout, and logs to the same stderr.
+    It stops when its stdin closes: on :meth:`stop`, or when this process dies (kill -9
+    included), so no capture outlives the pipeline.
+    """
+
+    #: Seconds between a child's reports.
+    REPORT_INTERVAL = 0.1
+
+    def __init__(self, spec: PipelineSpec, **overrides: Any) -> None:
+        self.configs = {
+            name: s.capture_config(spec.changelog, **overrides)
+            for name, s in spec.sources.items()
+            if s.format == "txjoin"
+        }
+        self.captures = {name: _Remote() for name in self.configs}
+        self.errors: dict[str, BaseException] = {}
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._readers: list[threading.Thread] = []
+        self._stopping = False
+
+    def start(self, timeout: float = 600) -> None:
+        root = logging.getLogger()
+        fmt = next((h.formatter._fmt for h in root.handlers if h.formatter is not None), None)
+        setup = (logging.getLogger("txjoin").getEffectiveLevel(), fmt or "txjoin: %(message)s")
+        for name, config in self.configs.items():
+            proc = subprocess.Popen(  # this interpreter, a fixed module
+                [sys.executable, "-m", "txjoin.runner"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            self._procs[name] = proc
+            assert proc.stdin is not None
+            proc.stdin.write(pickle.dumps((config, *setup)))
+            proc.stdin.flush()  # stdin stays open: its end is the child's signal to stop
+            t = threading.Thread(target=self._read, args=(name, proc), name=f"capture-{name}", daemon=True)
+            t.start()
+            self._readers.append(t)
+        deadline = time.monotonic() + timeout
+        for name, cap in self.captures.items():
+            while not cap.streaming.wait(0.2):
+                self.check()
+                if time.monotonic() > deadline:
+                    raise TxJoinError(
+                        f"capture of source {name!r} did not finish its snapshot within {timeout:.0f} s"
+                    )
+            log.info("source %s: snapshot done, streaming", name)
+
+    def _read(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        remote = self.captures[name]
+        assert proc.stdout is not None
+        try:
+            while True:
+                kind, *body = pickle.load(proc.stdout)
+                if kind == "status":
+                    remote.stats, remote.snapshot_progress, streaming = body
+                    if streaming:
+                        remote.streaming.set()
+                else:
+                    self.errors[name] = body[0]
+        except EOFError:
+            pass
+        except Exception as e:  # a report that does not unpickle: stop on it, do not guess
+            self.errors[name] = TxJoinError(
+                f"the capture process of source {name!r} sent a report this process cannot read "
+                f"({type(e).__name__}: {e}); is txjoin the same version in both?",
+                source=name,
+            )
+            proc.kill()
+        code = proc.wait()
+        if code != 0 and name not in self.errors and not self._stopping:
+            self.errors[name] = TxJoinError(
+                f"the capture process of source {name!r} exited with code {code} without an error "
+                "message (killed, or out of memory?); its stderr above may say more. Start the "
+                "pipeline again: capture resumes from its slot",
+                source=name,
+            )
+
+    def check(self) -> None:
+        for e in list(self.errors.values()):
+            raise e
+
+    def stop(self) -> None:
+        self._stopping = True
+        for proc in self._procs.values():
+            if proc.stdin is not None and not proc.stdin.closed:
+                with contextlib.suppress(OSError):  # the child is gone already; _read recorded why
+                    proc.stdin.close()
+        for name, proc in self._procs.items():
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                log.warning("capture of source %s did not stop within 60 s: killing it", name)
+                proc.kill()
+                proc.wait()
+        for t in self._readers:
+            t.join(10)
+        self.check()
+
+
+def _child(messages: IO[bytes]) -> int:
+    """A capture process's body: configuration on stdin, reports on ``messages``."""
+    config, level, fmt = pickle.load(sys.stdin.buffer)
+    logging.basicConfig(level=level, format=fmt, datefmt="%H:%M:%S")
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def send(*msg: Any) -> None:
+        with lock:
+            messages.write(pickle.dumps(msg))
+            messages.flush()
+
+    def until_stdin_closes() -> None:
+        sys.stdin.buffer.read()  # returns at EOF: stop(), or the parent's death
+        stop.set()
+
+    threading.Thread(target=until_stdin_closes, daemon=True).start()
+    capture: Capture | None = None
+
+    def status() -> None:
+        if capture is not None:
+            send("status", capture.stats, capture.snapshot_progress, capture.streaming.is_set())
+
+    def report() -> None:
+        while not stop.wait(CaptureProcesses.REPORT_INTERVAL):
+            status()
+
+    try:
+        capture = open_capture(config)
+        threading.Thread(target=report, daemon=True).start()
+        capture.run(stop)
+    except BaseException as e:  # the parent raises it from check()
+        try:
+            pickle.loads(pickle.dumps(e))
+        except Exception:
+            e = TxJoinError(f"capture of source {config.prefix!r} failed: {type(e).__name__}: {e}")
+        with contextlib.suppress(OSError):  # the parent is gone
+            send("error", e)
+        return 1
+    with contextlib.suppress(OSError):
+        status()
+    return 0
+
+
+if __name__ == "__main__":
+    # Reports go on a copy of stdout; fd 1 then points at stderr, so a stray print cannot
+    # break the stream of reports.
+    _messages = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.exit(_child(_messages))

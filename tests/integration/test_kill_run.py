@@ -3,8 +3,9 @@ changes and a resync (issue [5 of 7]).
 
 A workload thread commits transactions without pause (inserts, updates,
 deletes, key moves over two tables), changes columns no output reads, then
-changes the type of a column an output reads. ``txjoin run`` (capture and
-Spark in one process) runs as a child and is SIGKILLed after random delays;
+changes the type of a column an output reads. ``txjoin run`` (Spark, with
+capture in a child process that stops when it dies) runs as a child and is
+SIGKILLed after random delays;
 when it stops by itself on the schema change, ``txjoin resync`` copies the
 table and the run is started again. Every Delta version of every output must
 equal the output's SQL on PostgreSQL at the version's cut, each micro-batch

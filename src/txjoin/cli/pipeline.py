@@ -17,7 +17,7 @@ from txjoin.cli.common import Progress, add_spark_options, install_stop_signals,
 from txjoin.cli.progress import load_status
 from txjoin.debezium.lsn import format_lsn
 from txjoin.errors import TxJoinError
-from txjoin.runner import CaptureThreads
+from txjoin.runner import CaptureProcesses
 
 __all__ = ["add_commands"]
 
@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
         _summary(once)
         return 0
     install_stop_signals(stop, "stopping after the current micro-batch")
-    captures = None if args.no_capture else CaptureThreads(spec)
+    captures = None if args.no_capture else CaptureProcesses(spec)
     running["captures"] = captures
     progress = Progress(status, quiet=args.quiet, done=loaded).__enter__()
     pipeline: Any = None

@@ -82,6 +82,9 @@ class QualifiedName(tuple[str, str]):
     def __new__(cls, schema: str, table: str) -> QualifiedName:
         return super().__new__(cls, (schema, table))
 
+    def __getnewargs__(self) -> tuple[str, str]:  # pickle calls __new__ with these
+        return (self[0], self[1])
+
     @property
     def schema(self) -> str:
         return self[0]

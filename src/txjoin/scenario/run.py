@@ -38,7 +38,7 @@ from txjoin.errors import TxJoinError
 from txjoin.join.plan import OutputPlan
 from txjoin.pg import admin
 from txjoin.pipeline import Pipeline
-from txjoin.runner import CaptureThreads
+from txjoin.runner import CaptureProcesses
 from txjoin.scenario.definition import Scenario
 from txjoin.scenario.naive import NaiveBaseline, applied_transactions
 from txjoin.scenario.workload import Clients, Committed
@@ -362,7 +362,7 @@ def run_scenario(
                 else:
                     os.environ[k] = v
         report = Report(scenario.name)
-        captures = CaptureThreads(spec)
+        captures = CaptureProcesses(spec)
         captures.start()
         spark = spark_factory(spec)
         pipeline = Pipeline(spec, spark)
@@ -409,7 +409,7 @@ def run_scenario(
             started = run.started
             if backlog:
                 started = time.time()
-                captures = CaptureThreads(spec)
+                captures = CaptureProcesses(spec)
                 captures.start()
                 pipeline.start()
                 _drain_captures(captures, run.committed, converge_timeout)
@@ -461,7 +461,7 @@ def run_scenario(
         dbs.stop()
 
 
-def _wait_first_versions(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureThreads) -> None:
+def _wait_first_versions(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureProcesses) -> None:
     """Start the workload once every output has its first version (Spark is warm)."""
     delta = DeltaRsStore()
     deadline = time.monotonic() + 300
@@ -473,7 +473,7 @@ def _wait_first_versions(spec: PipelineSpec, pipeline: Pipeline, captures: Captu
         time.sleep(0.2)
 
 
-def _drain_captures(captures: CaptureThreads, committed: list[Committed], timeout: float) -> None:
+def _drain_captures(captures: CaptureProcesses, committed: list[Committed], timeout: float) -> None:
     """Wait until the restarted captures have written as many transactions as the clients
     committed (every transaction of a backlog run must change a captured table)."""
     want = {s: sum(1 for c in committed if c.source == s) for s in captures.captures}
@@ -501,7 +501,7 @@ def _last_end_lsn(reader: ChangelogReader, source: str) -> int:
     return read_transactions(reader, source)[-1].end_lsn
 
 
-def _converge(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureThreads, timeout: float) -> None:
+def _converge(spec: PipelineSpec, pipeline: Pipeline, captures: CaptureProcesses, timeout: float) -> None:
     """Wait until every output's last version covers each source's last transaction."""
     delta = DeltaRsStore()
     reader = ChangelogReader(spec.changelog)
@@ -535,7 +535,7 @@ def _progress(
     run: Clients,
     pipeline: Pipeline,
     naive: NaiveBaseline | None,
-    captures: CaptureThreads,
+    captures: CaptureProcesses,
 ) -> None:
     while not stop.wait(2.0):
         events = sum(c.stats.events for c in captures.captures.values())
