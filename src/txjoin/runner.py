@@ -130,7 +130,12 @@ class CaptureProcesses:
         setup = (logging.getLogger("txjoin").getEffectiveLevel(), fmt or "txjoin: %(message)s")
         for name, config in self.configs.items():
             proc = subprocess.Popen(  # this interpreter, a fixed module
-                [sys.executable, "-m", "txjoin.runner"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+                [sys.executable, "-m", "txjoin.runner"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                # Out of the terminal's process group: Ctrl-C stops the pipeline after its
+                # micro-batch, and the pipeline then stops capture (as it did its threads).
+                start_new_session=True,
             )
             self._procs[name] = proc
             assert proc.stdin is not None
@@ -171,11 +176,11 @@ class CaptureProcesses:
             )
             proc.kill()
         code = proc.wait()
-        if code != 0 and name not in self.errors and not self._stopping:
+        if name not in self.errors and not self._stopping:  # even code 0: nothing is captured now
             self.errors[name] = TxJoinError(
-                f"the capture process of source {name!r} exited with code {code} without an error "
-                "message (killed, or out of memory?); its stderr above may say more. Start the "
-                "pipeline again: capture resumes from its slot",
+                f"the capture process of source {name!r} exited (code {code}) without an error "
+                "message before the pipeline stopped it (killed, or out of memory?); its stderr above "
+                "may say more. Start the pipeline again: capture resumes from its slot",
                 source=name,
             )
 

@@ -3,10 +3,12 @@ captures reaches the changelog, its counters and errors reach the parent, and it
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psycopg2
@@ -106,3 +108,47 @@ def test_the_child_stops_when_its_parent_is_killed(pg_db: str, tmp_path: Path) -
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_ctrl_c_reaches_the_pipeline_not_its_capture(pg_db: str, tmp_path: Path) -> None:
+    """``txjoin run`` stops after its micro-batch on Ctrl-C, then stops capture itself."""
+    execute(pg_db, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+    spec = _spec(tmp_path, pg_db, ["public.t"])
+    parent = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import signal, time
+            from txjoin.runner import CaptureProcesses
+            from txjoin.spec import load_spec
+            signal.signal(signal.SIGINT, lambda *a: None)  # txjoin run has a handler (not SIG_IGN, which a child inherits)
+            captures = CaptureProcesses(load_spec({str(spec)!r}))
+            captures.start()
+            print(captures._procs["s"].pid, flush=True)
+            time.sleep(600)
+        """)],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        os.killpg(parent.pid, signal.SIGINT)  # what a terminal sends its foreground group
+        time.sleep(2)
+        assert Path(f"/proc/{child}/stat").read_text().split(") ", 1)[1][0] != "Z"
+        assert _slot_active(pg_db)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_capture_process_that_dies_fails_the_pipeline(pg_db: str, tmp_path: Path) -> None:
+    """Killed (the OOM killer, an operator), capture must not leave the pipeline idle and alive."""
+    execute(pg_db, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+    captures = CaptureProcesses(load_spec(_spec(tmp_path, pg_db, ["public.t"])))
+    captures.start()
+    try:
+        os.kill(captures._procs["s"].pid, signal.SIGKILL)
+        wait_for(lambda: bool(captures.errors), timeout=30, what="the parent to notice")
+        with pytest.raises(TxJoinError, match=r"source 's' exited \(code -9\)"):
+            captures.check()
+    finally:
+        with pytest.raises(TxJoinError):
+            captures.stop()
