@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from txjoin.capture.config import CaptureConfig
@@ -41,6 +42,19 @@ def open_capture(config: CaptureConfig) -> Capture:
     """
     writer = SegmentChangelog(config.changelog, source=config.prefix)
     return Capture(config, writer, owns_writer=True)
+
+
+def _wait_streaming(captures: Mapping[str, Any], check: Callable[[], None], timeout: float) -> None:
+    """Until every capture has finished its snapshot and streams; ``check`` raises what failed."""
+    deadline = time.monotonic() + timeout
+    for name, cap in captures.items():
+        while not cap.streaming.wait(0.2):
+            check()
+            if time.monotonic() > deadline:
+                raise TxJoinError(
+                    f"capture of source {name!r} did not finish its snapshot within {timeout:.0f} s"
+                )
+        log.info("source %s: snapshot done, streaming", name)
 
 
 class CaptureThreads:
@@ -69,15 +83,7 @@ class CaptureThreads:
     def start(self, timeout: float = 600) -> None:
         for t in self.threads:
             t.start()
-        deadline = time.monotonic() + timeout
-        for name, cap in self.captures.items():
-            while not cap.streaming.wait(0.2):
-                self.check()
-                if time.monotonic() > deadline:
-                    raise TxJoinError(
-                        f"capture of source {name!r} did not finish its snapshot within {timeout:.0f} s"
-                    )
-            log.info("source %s: snapshot done, streaming", name)
+        _wait_streaming(self.captures, self.check, timeout)
 
     def check(self) -> None:
         for e in self.errors.values():
@@ -144,15 +150,7 @@ class CaptureProcesses:
             t = threading.Thread(target=self._read, args=(name, proc), name=f"capture-{name}", daemon=True)
             t.start()
             self._readers.append(t)
-        deadline = time.monotonic() + timeout
-        for name, cap in self.captures.items():
-            while not cap.streaming.wait(0.2):
-                self.check()
-                if time.monotonic() > deadline:
-                    raise TxJoinError(
-                        f"capture of source {name!r} did not finish its snapshot within {timeout:.0f} s"
-                    )
-            log.info("source %s: snapshot done, streaming", name)
+        _wait_streaming(self.captures, self.check, timeout)
 
     def _read(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         remote = self.captures[name]
