@@ -44,6 +44,15 @@ def open_capture(config: CaptureConfig) -> Capture:
     return Capture(config, writer, owns_writer=True)
 
 
+def _capture_configs(spec: PipelineSpec, overrides: Mapping[str, Any]) -> dict[str, CaptureConfig]:
+    """Each source's capture configuration, for the sources txjoin captures itself."""
+    return {
+        name: s.capture_config(spec.changelog, **overrides)
+        for name, s in spec.sources.items()
+        if s.format == "txjoin"  # Debezium topics are written by the team's own Debezium
+    }
+
+
 def _wait_streaming(captures: Mapping[str, Any], check: Callable[[], None], timeout: float) -> None:
     """Until every capture has finished its snapshot and streams; ``check`` raises what failed."""
     deadline = time.monotonic() + timeout
@@ -62,11 +71,7 @@ class CaptureThreads:
 
     def __init__(self, spec: PipelineSpec, **overrides: Any) -> None:
         self.stop_event = threading.Event()
-        self.captures = {
-            name: open_capture(s.capture_config(spec.changelog, **overrides))
-            for name, s in spec.sources.items()
-            if s.format == "txjoin"  # Debezium topics are written by the team's own Debezium
-        }
+        self.captures = {name: open_capture(c) for name, c in _capture_configs(spec, overrides).items()}
         self.errors: dict[str, BaseException] = {}
         self.threads = [
             threading.Thread(target=self._run, args=(name,), name=f"capture-{name}", daemon=True)
@@ -119,11 +124,7 @@ class CaptureProcesses:
     REPORT_INTERVAL = 0.1
 
     def __init__(self, spec: PipelineSpec, **overrides: Any) -> None:
-        self.configs = {
-            name: s.capture_config(spec.changelog, **overrides)
-            for name, s in spec.sources.items()
-            if s.format == "txjoin"
-        }
+        self.configs = _capture_configs(spec, overrides)
         self.captures = {name: _Remote() for name in self.configs}
         self.errors: dict[str, BaseException] = {}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
