@@ -9,7 +9,10 @@ back), with the store closed and reopened between some batches. After every
 batch the store's live rows equal the model's, both by a full scan and through
 each index (lookups by key and by the join column), so an index that
 disagrees with the rows fails here. Both ways of applying are checked: in
-place, and by delete and insert (``bulk``, a staged transaction's chunks).
+place, and by delete and insert (``bulk``, a staged transaction's chunks); on
+tables with no index besides the key's, one or two more, and a float key; and
+in place both ways: by joins with the table, and by upserts through the key's
+index (what a few changes to a large table take).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ T = QualifiedName("public", "t")
 INT4, TEXT = ColumnType(23, "int4"), ColumnType(25, "text")
 SPEC = TableSpec(T, ("id",), (("id", INT4), ("g", INT4), ("v", INT4), ("doc", TEXT)), frozenset({"g"}))
 UNINDEXED = dataclasses.replace(SPEC, indexed=frozenset())  # no index to keep: rows update in place
+TWO_INDEXES = dataclasses.replace(SPEC, indexed=frozenset({"g", "v"}))  # most updates move an indexed value
+FLOAT_KEY = dataclasses.replace(SPEC, columns=(("id", ColumnType(701, "float8")), *SPEC.columns[1:]))
 Row = dict[str, Any]
 
 ids = st.integers(1, 8)
@@ -101,6 +106,14 @@ def check(store: ReplicaStore, model: dict[int, Row]) -> None:
     assert store.count(T) == len(model)
 
 
+def _store(path: Path, spec: TableSpec, upsert: bool) -> ReplicaStore:
+    """A store that upserts every in-place batch (``upsert``), or only few changes to many rows."""
+    store = ReplicaStore(path, [spec])
+    if upsert:
+        store.few_changes_per_rows = 0
+    return store
+
+
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list[int], list[bool]]:
     program = draw(st.lists(st.lists(ops, min_size=1, max_size=6), min_size=1, max_size=10))
@@ -113,11 +126,17 @@ def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list
 
 @pytest.mark.slow(55)
 @settings(max_examples=examples(ci=150, thorough=2000), deadline=None)
-@given(case=cases(), bulk=st.booleans(), spec=st.sampled_from([SPEC, UNINDEXED]))
+@given(
+    case=cases(),
+    bulk=st.booleans(),
+    spec=st.sampled_from([SPEC, UNINDEXED, TWO_INDEXES, FLOAT_KEY]),
+    upsert=st.booleans(),
+)
 @example(  # an update moving a row to another group, then a replay of the insert
     case=([[("insert", 1, 1, 0)], [("update", 1, 2, 5, False)]], [1], [0, 1], [False, True]),
     bulk=False,
     spec=SPEC,
+    upsert=False,
 )
 @example(  # a re-delivered insert/delete/insert before an update keeping a TOASTed value
     case=(
@@ -128,6 +147,7 @@ def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list
     ),
     bulk=False,
     spec=SPEC,
+    upsert=False,
 )
 @example(  # the same with the delete re-delivered too
     case=(
@@ -138,19 +158,43 @@ def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list
     ),
     bulk=False,
     spec=SPEC,
+    upsert=False,
 )
 @example(  # a primary-key move whose create takes the deleted row's TOASTed value
     case=([[("insert", 1, None, 0)], [("move", 1, 2), ("update", 2, 3, 1, True)]], [], [0], [False]),
     bulk=False,
     spec=SPEC,
+    upsert=False,
 )
 @example(  # a staged transaction's way (delete and insert), with a replay and a reopen
     case=([[("insert", 1, 1, 0)], [("update", 1, 1, 5, False)]], [1], [0, 1], [False, True]),
     bulk=True,
     spec=UNINDEXED,
+    upsert=False,
+)
+@example(  # the same two ways through the upsert
+    case=([[("insert", 1, 1, 0)], [("update", 1, 2, 5, False)]], [1], [0, 1], [False, True]),
+    bulk=False,
+    spec=SPEC,
+    upsert=True,
+)
+@example(  # an insert delivered again after its update must not bring the old value back
+    case=([[("insert", 1, 1, 0)], [("update", 1, 1, 5, False)], [("insert", 2, 1, 0)]], [1, 2], [0, 0, 1], [False] * 3),
+    bulk=False,
+    spec=UNINDEXED,
+    upsert=True,
+)
+@example(  # a delete's tombstone keeps its indexed value; the key comes back with another
+    case=([[("insert", 3, 1, 0)], [("delete", 3)], [("insert", 3, 2, 1)]], [1, 2], [0, 0, 1], [False, True, False]),
+    bulk=False,
+    spec=TWO_INDEXES,
+    upsert=True,
 )
 def test_store_equals_the_model_after_every_batch(
-    case: tuple[list[list[tuple[Any, ...]]], list[int], list[int], list[bool]], bulk: bool, spec: TableSpec
+    case: tuple[list[list[tuple[Any, ...]]], list[int], list[int], list[bool]],
+    bulk: bool,
+    spec: TableSpec,
+    upsert: bool,
 ) -> None:
     program, cuts, replays, reopen = case
     changes, _ = transactions(program)
@@ -158,7 +202,7 @@ def test_store_equals_the_model_after_every_batch(
     bounds = [0, *cuts, len(program)]
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "r.duckdb"
-        store = ReplicaStore(path, [spec])
+        store = _store(path, spec, upsert)
         try:
             for b, (lo, hi) in enumerate(itertools.pairwise(bounds)):
                 batch = [c for tx in by_tx[lo:hi] for c in tx]
@@ -172,7 +216,7 @@ def test_store_equals_the_model_after_every_batch(
                 check(store, model)
                 if reopen[b]:
                     store.close()
-                    store = ReplicaStore(path, [spec])
+                    store = _store(path, spec, upsert)
                     check(store, model)
         finally:
             store.close()

@@ -2,11 +2,13 @@
 
 Why not Delta: an in-place MERGE rewrites every file a changed key touches,
 and a lookup by a foreign key scans every file. DuckDB keeps typed columns
-with ART indexes on primary keys and join columns (a lookup of 200 keys: 12 ms
-at 100k rows and at 10M, measured), takes and returns Arrow tables, so a
-batch's changes are applied vectorized, and loads and exports Parquet
-directly (the columnar snapshot, the full recompute on Spark). Delta remains
-the published form of the outputs.
+with ART indexes on primary keys and join columns, takes and returns Arrow
+tables, so a batch's changes are applied vectorized, and loads and exports
+Parquet directly (the columnar snapshot, the full recompute on Spark). Delta
+remains the published form of the outputs. DuckDB 1.4 reads through an index
+for up to 8 keys only: a lookup of 200 keys scans the table (5 ms at 100k rows,
+23 ms at 1M, 160-220 ms at 10M; bench/NOTES.md), while a batch of few changes
+is written through the primary key's index (:meth:`ReplicaStore._few`).
 
 Each table holds its columns' Debezium values, typed
 (:func:`txjoin.debezium.arrow.value_type`), plus the commit position that
@@ -50,6 +52,10 @@ Partitions: TypeAlias = pa.Table
 
 #: Version of the store's layout; an older store is refused (rebuild it from the changelog).
 FORMAT = 2
+
+
+#: An upsert through the ART index when a table has this many rows per change or more (_few).
+FEW_CHANGES_PER_ROWS = 10
 
 
 def _q(ident: str) -> str:
@@ -122,6 +128,8 @@ class ReplicaStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tables = {t.name: t for t in tables}
+        #: Table rows per change from which a batch is upserted (:meth:`_few`; 0: always, for tests).
+        self.few_changes_per_rows = FEW_CHANGES_PER_ROWS
         try:
             # Checkpoints (which rewrite changed row groups) every GB of WAL, not every 16 MB.
             config: dict[str, str | bool | int | float | list[str]] = {
@@ -527,8 +535,21 @@ class ReplicaStore:
         )
         table = spec.sql_name
         data = batch.select([*cols, "_op", "_lsn", "_ord"])
+        names = f"{', '.join(_c(c) for c in cols)}, _lsn, _ord, _del"
+        rows = f"SELECT {', '.join(value(c) for c in cols)}, w._lsn, w._ord, w._op = 'd' FROM {latest} w"
+        insert = f"INSERT INTO {table} ({names}) {rows} WHERE NOT EXISTS (SELECT 1 FROM {table} r WHERE {on})"
+        delete = spec.secondary or bulk
         with self._lock:
-            if not bulk:
+            if not bulk and self._few(spec, data.num_rows):
+                written = self._with_arg(self._upsert_sql(spec, names, rows), data).fetchall()[0][0]
+                if not spec.secondary:
+                    return  # every other key holds a newer (or the same) position already
+                keys = self._with_arg(f"SELECT count(*) FROM (SELECT DISTINCT {part} FROM {{arg}} w)", data)
+                if written == keys.fetchone()[0]:
+                    return
+                # The rest: rows whose indexed columns change, and keys already at a newer position.
+                insert = f"INSERT INTO {table} ({names}) {rows} ON CONFLICT DO NOTHING"
+            elif not bulk:
                 # Rows whose indexed columns keep their values are updated in place (3x
                 # cheaper than delete + insert, which DuckDB needs when an index changes).
                 same = (
@@ -543,14 +564,36 @@ class ReplicaStore:
                     f"_del = w._op = 'd' FROM {latest} w WHERE {on} AND {newer} AND {same}",
                     data,
                 )
-            if spec.secondary or bulk:
+            if delete:
                 self._with_arg(f"DELETE FROM {table} r USING {latest} w WHERE {on} AND {newer}", data)
-            self._with_arg(
-                f"INSERT INTO {table} ({', '.join(_c(c) for c in cols)}, _lsn, _ord, _del) "
-                f"SELECT {', '.join(value(c) for c in cols)}, w._lsn, w._ord, w._op = 'd' "
-                f"FROM {latest} w WHERE NOT EXISTS (SELECT 1 FROM {table} r WHERE {on})",
-                data,
-            )
+            self._with_arg(insert, data)
+
+    def _few(self, spec: TableSpec, changes: int) -> bool:
+        """Whether ``changes`` rows are few enough for :meth:`_upsert_sql` on ``spec``'s table.
+
+        A join with the table (UPDATE ... FROM, DELETE ... USING, NOT EXISTS) scans all of it; an
+        upsert finds each key through the primary key's ART index, at a higher cost per change. 200
+        updates took 53 against 73 ms at 1M rows and 76 against 211 ms at 10M; 100,000 updates into
+        1M rows 248 against 455 ms. With a tenth of the changes deletes and a tenth moving an indexed
+        column (those are then deleted and inserted), 0.9-1.2x the joins' time at 1M rows and 0.78x
+        at 10M (bench/NOTES.md)."""
+        rows = self.db.execute(f"SELECT count(*) FROM {spec.sql_name}").fetchone()
+        return bool(rows and changes * self.few_changes_per_rows <= rows[0])
+
+    @staticmethod
+    def _upsert_sql(spec: TableSpec, names: str, rows: str) -> str:
+        """Insert new keys, and update in place the rows a newer change reaches whose indexed columns
+        keep their values. A delete's tombstone keeps its indexed values (only live rows are read)."""
+        pk = spec.primary_key
+        keep = " AND ".join(f"r.{_c(c)} IS NOT DISTINCT FROM excluded.{_c(c)}" for c in spec.secondary)
+        fixed = {*pk, *spec.secondary}
+        sets = "".join(f"{_c(c)} = excluded.{_c(c)}, " for c, _ in spec.columns if c not in fixed)
+        return (
+            f"INSERT INTO {spec.sql_name} AS r ({names}) {rows} ON CONFLICT ({', '.join(_c(c) for c in pk)}) "
+            f"DO UPDATE SET {sets}_lsn = excluded._lsn, _ord = excluded._ord, _del = excluded._del "
+            "WHERE (excluded._lsn > r._lsn OR (excluded._lsn = r._lsn AND excluded._ord > r._ord))"
+            + (f" AND (excluded._del OR ({keep}))" if keep else "")
+        )
 
     def _not_stale(self, spec: TableSpec, batch: pa.Table) -> pa.Table:
         """``batch`` without the changes the store already holds a newer (or the same)
