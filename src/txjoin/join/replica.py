@@ -575,7 +575,7 @@ class ReplicaStore:
         upsert finds each key through the primary key's ART index, at a higher cost per change. 200
         updates took 53 against 73 ms at 1M rows and 76 against 211 ms at 10M; 100,000 updates into
         1M rows 248 against 455 ms. With a tenth of the changes deletes and a tenth moving an indexed
-        column (those are then deleted and inserted), 0.9-1.2x the joins' time at 1M rows and 0.78x
+        column (those are then deleted and inserted), 0.9-1.3x the joins' time at 1M rows and 0.78x
         at 10M (bench/NOTES.md)."""
         rows = self.db.execute(f"SELECT count(*) FROM {spec.sql_name}").fetchone()
         return bool(rows and changes * self.few_changes_per_rows <= rows[0])
