@@ -537,8 +537,7 @@ class ReplicaStore:
         data = batch.select([*cols, "_op", "_lsn", "_ord"])
         names = f"{', '.join(_c(c) for c in cols)}, _lsn, _ord, _del"
         rows = f"SELECT {', '.join(value(c) for c in cols)}, w._lsn, w._ord, w._op = 'd' FROM {latest} w"
-        insert = f"INSERT INTO {table} ({names}) {rows} WHERE NOT EXISTS (SELECT 1 FROM {table} r WHERE {on})"
-        delete = spec.secondary or bulk
+        absent = f"WHERE NOT EXISTS (SELECT 1 FROM {table} r WHERE {on})"  # the keys the table lacks
         with self._lock:
             if not bulk and self._few(spec, data.num_rows):
                 written = self._with_arg(self._upsert_sql(spec, names, rows), data).fetchall()[0][0]
@@ -548,7 +547,7 @@ class ReplicaStore:
                 if written == keys.fetchone()[0]:
                     return
                 # The rest: rows whose indexed columns change, and keys already at a newer position.
-                insert = f"INSERT INTO {table} ({names}) {rows} ON CONFLICT DO NOTHING"
+                absent = "ON CONFLICT DO NOTHING"  # through the key's index, as the upsert
             elif not bulk:
                 # Rows whose indexed columns keep their values are updated in place (3x
                 # cheaper than delete + insert, which DuckDB needs when an index changes).
@@ -564,9 +563,9 @@ class ReplicaStore:
                     f"_del = w._op = 'd' FROM {latest} w WHERE {on} AND {newer} AND {same}",
                     data,
                 )
-            if delete:
+            if spec.secondary or bulk:
                 self._with_arg(f"DELETE FROM {table} r USING {latest} w WHERE {on} AND {newer}", data)
-            self._with_arg(insert, data)
+            self._with_arg(f"INSERT INTO {table} ({names}) {rows} {absent}", data)
 
     def _few(self, spec: TableSpec, changes: int) -> bool:
         """Whether ``changes`` rows are few enough for :meth:`_upsert_sql` on ``spec``'s table.
