@@ -12,7 +12,8 @@ disagrees with the rows fails here. Both ways of applying are checked: in
 place, and by delete and insert (``bulk``, a staged transaction's chunks); on
 tables with no index besides the key's, one or two more, and a float key; and
 in place both ways: by joins with the table, and by upserts through the key's
-index (what a few changes to a large table take).
+index (what a few changes to a large table take); and lookups by key both
+ways, by a join and through the key's index.
 """
 
 from __future__ import annotations
@@ -101,16 +102,22 @@ def check(store: ReplicaStore, model: dict[int, Row]) -> None:
     assert _sorted(store.all_rows(T).to_pylist()) == want
     everyone = pa.table({"id": pa.array(list(range(1, 9)), pa.int64())})
     assert _sorted(store.rows_by_keys(T, everyone).to_pylist()) == want
+    some = pa.table({"id": pa.array([3, None, 9, 1, 3], pa.int64())})  # absent, NULL, twice
+    assert _sorted(store.rows_by_keys(T, some, select=["v", "id"]).to_pylist()) == [
+        {"v": r["v"], "id": r["id"]} for r in want if r["id"] in (1, 3)
+    ]
     by_group = store.rows_by_column(T, "g", pa.array([None, 1, 2, 3], pa.int64()), include_null=True)
     assert _sorted(by_group.to_pylist()) == want
     assert store.count(T) == len(model)
 
 
 def _store(path: Path, spec: TableSpec, upsert: bool) -> ReplicaStore:
-    """A store that upserts every in-place batch (``upsert``), or only few changes to many rows."""
+    """A store that upserts every in-place batch and looks keys up by index (``upsert``), or does
+    either only for few changes or keys in many rows."""
     store = ReplicaStore(path, [spec])
     if upsert:
         store.few_changes_per_rows = 0
+        store.rows_per_indexed_key = 0
     return store
 
 
@@ -211,8 +218,9 @@ def test_store_equals_the_model_after_every_batch(
                 note(f"batch {b}: transactions {lo + 1}..{hi}, {len(again)} replayed changes")
                 store.begin()
                 store.apply({T: batch_of(spec, again + batch)}, bulk=bulk)  # bulk: staged transactions
-                store.commit(b + 1, {}, {})
                 _, model = transactions(program[:hi])
+                check(store, model)  # as the batch's lookups see it, before its commit
+                store.commit(b + 1, {}, {})
                 check(store, model)
                 if reopen[b]:
                     store.close()

@@ -5,10 +5,12 @@ and a lookup by a foreign key scans every file. DuckDB keeps typed columns
 with ART indexes on primary keys and join columns, takes and returns Arrow
 tables, so a batch's changes are applied vectorized, and loads and exports
 Parquet directly (the columnar snapshot, the full recompute on Spark). Delta
-remains the published form of the outputs. DuckDB 1.4 reads through an index
-for up to 8 keys only: a lookup of 200 keys scans the table (5 ms at 100k rows,
-23 ms at 1M, 160-220 ms at 10M; bench/NOTES.md), while a batch of few changes
-is written through the primary key's index (:meth:`ReplicaStore._few`).
+remains the published form of the outputs. DuckDB 1.4 reads through an ART
+index for an IN list of constants or an upsert, never for a join, which scans
+the table (200 keys: 5 ms at 100k rows, 23 ms at 1M, 160-220 ms at 10M;
+bench/NOTES.md). So few changes to a large table are upserted
+(:meth:`ReplicaStore._few`), and few keys are looked up by an IN list
+(:meth:`ReplicaStore._index_keys`).
 
 Each table holds its columns' Debezium values, typed
 (:func:`txjoin.debezium.arrow.value_type`), plus the commit position that
@@ -37,6 +39,7 @@ from typing import Any, TypeAlias
 import duckdb
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from txjoin.cut import Cut, cuts_from_json, cuts_to_json
 from txjoin.debezium.arrow import value_type
@@ -56,6 +59,9 @@ FORMAT = 2
 
 #: An upsert through the ART index when a table has this many rows per change or more (_few).
 FEW_CHANGES_PER_ROWS = 10
+#: A lookup by primary key goes through its ART index for up to 16 keys, one more per 5,000 table
+#: rows, and at most 2,048 (:meth:`ReplicaStore._index_keys`).
+INDEXED_KEYS, ROWS_PER_INDEXED_KEY, MAX_INDEXED_KEYS = 16, 5000, 2048
 
 
 def _q(ident: str) -> str:
@@ -130,6 +136,9 @@ class ReplicaStore:
         self.tables = {t.name: t for t in tables}
         #: Table rows per change from which a batch is upserted (:meth:`_few`; 0: always, for tests).
         self.few_changes_per_rows = FEW_CHANGES_PER_ROWS
+        #: Table rows per key from which a lookup uses the key's index (:meth:`_index_keys`; 0: always).
+        self.rows_per_indexed_key = ROWS_PER_INDEXED_KEY
+        self._rows: dict[QualifiedName, int] = {}  # rows (live or not) per table, as last counted
         try:
             # Checkpoints (which rewrite changed row groups) every GB of WAL, not every 16 MB.
             config: dict[str, str | bool | int | float | list[str]] = {
@@ -197,6 +206,7 @@ class ReplicaStore:
                 self.db.execute(f"DROP INDEX IF EXISTS {_q(f'i__{old.name.schema}__{old.name.table}__{c}')}")
             self.db.execute(f"DROP TABLE IF EXISTS {old.sql_name}")
         self.tables[spec.name] = spec
+        self._rows.pop(spec.name, None)
         self._create(spec)
 
     def set_view(self, spec: TableSpec) -> None:
@@ -241,6 +251,7 @@ class ReplicaStore:
         return out
 
     def begin(self) -> None:
+        self._rows.clear()
         self.db.execute("BEGIN TRANSACTION")
 
     def commit(self, batch: int, affected: Mapping[str, Partitions | None], cuts: Mapping[str, Cut]) -> None:
@@ -304,12 +315,43 @@ class ReplicaStore:
         spec = self._spec(table)
         if values.num_rows == 0:
             return spec.schema(select).empty_table()
+        keys = self._index_keys(spec, columns, values)
+        if keys is not None:  # an IN list; the CTE keeps the _del filter out of the index scan
+            names = [c for c, _ in spec.columns] if select is None else select
+            return self._query(
+                f"WITH c AS MATERIALIZED (SELECT {', '.join(map(_c, names))}, _del FROM {spec.sql_name} "
+                f"WHERE {_c(columns[0])} IN ({', '.join('?' * len(keys)) or 'NULL'})) "
+                f"SELECT {_select(spec, select, 'c')} FROM c WHERE NOT c._del",
+                params=keys,
+            )
         on = " AND ".join(f"r.{_c(c)} IS NOT DISTINCT FROM v.{_q(c)}" for c in columns)
         sql = (
             f"SELECT {_select(spec, select)} FROM {spec.sql_name} r SEMI JOIN {{arg}} v ON {on} "
             "WHERE NOT r._del"
         )
         return self._query(sql, values.select(list(columns)))
+
+    def _index_keys(self, spec: TableSpec, columns: Sequence[str], values: pa.Table) -> list[Any] | None:
+        """The distinct ``values`` of a single-column primary key (integers or text, exact as
+        parameters; never NULL) when few enough for its index: one key 2.4 against the join's 4.3 ms
+        at 10k rows and 160-190 ms at 10M; 200 keys 12-16 against 19-26 ms at 1M (bench/NOTES.md)."""
+        if list(columns) != list(spec.primary_key) or len(columns) != 1:
+            return None
+        if _duck_type(value_type(spec.types[columns[0]])) not in ("BIGINT", "INTEGER", "VARCHAR"):
+            return None
+        keys = pc.unique(values.column(columns[0]).drop_null())
+        more = (len(keys) - INDEXED_KEYS) * self.rows_per_indexed_key  # a join costs 4 ms on any table
+        if len(keys) > MAX_INDEXED_KEYS or (more > 0 and more > self._size(spec)):
+            return None
+        return list(keys.to_pylist())
+
+    def _size(self, spec: TableSpec) -> int:
+        """Rows, live or not, in ``spec``'s table as counted since begin() or apply() (a hint)."""
+        if spec.name not in self._rows:
+            with self._lock:
+                rows = self.db.execute(f"SELECT count(*) FROM {spec.sql_name}").fetchall()
+            self._rows[spec.name] = int(rows[0][0])
+        return self._rows[spec.name]
 
     def rows_by_keys(
         self, table: QualifiedName, keys: pa.Table, *, select: Sequence[str] | None = None
@@ -446,6 +488,7 @@ class ReplicaStore:
         spec = self._spec(table)
         if not files:
             return 0
+        self._rows.pop(table, None)
         names = ", ".join(_c(n) for n, _ in spec.columns)
         reads = ", ".join(_q(n) for n, _ in spec.columns)
         file_list = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
@@ -474,6 +517,7 @@ class ReplicaStore:
         updates stay in DuckDB's memory limit until its commit: 500,000 updates of
         4 KB rows ran out of a 1.1 GB limit; deleted and inserted, they did not.
         """
+        self._rows.clear()
         for table, batch in batches.items():
             if batch.num_rows:
                 self._apply_table(self._spec(table), batch, bulk)
@@ -568,16 +612,12 @@ class ReplicaStore:
             self._with_arg(f"INSERT INTO {table} ({names}) {rows} {absent}", data)
 
     def _few(self, spec: TableSpec, changes: int) -> bool:
-        """Whether ``changes`` rows are few enough for :meth:`_upsert_sql` on ``spec``'s table.
-
-        A join with the table (UPDATE ... FROM, DELETE ... USING, NOT EXISTS) scans all of it; an
-        upsert finds each key through the primary key's ART index, at a higher cost per change. 200
-        updates took 53 against 73 ms at 1M rows and 76 against 211 ms at 10M; 100,000 updates into
-        1M rows 248 against 455 ms. With a tenth of the changes deletes and a tenth moving an indexed
-        column (those are then deleted and inserted), 0.9-1.3x the joins' time at 1M rows and 0.78x
-        at 10M (bench/NOTES.md)."""
-        rows = self.db.execute(f"SELECT count(*) FROM {spec.sql_name}").fetchone()
-        return bool(rows and changes * self.few_changes_per_rows <= rows[0])
+        """Whether ``changes`` rows are few enough for :meth:`_upsert_sql` on ``spec``'s table: the
+        joins (UPDATE ... FROM, DELETE ... USING, NOT EXISTS) scan it, an upsert goes through the
+        key's index. 200 updates: 53 against 73 ms at 1M rows, 76 against 211 at 10M; 100,000 into 1M
+        rows 248 against 455 ms; with a tenth deletes and a tenth moving an indexed column, 0.9-1.3x
+        the joins' time at 1M and 0.78x at 10M (bench/NOTES.md)."""
+        return changes * self.few_changes_per_rows <= self._size(spec)
 
     @staticmethod
     def _upsert_sql(spec: TableSpec, names: str, rows: str) -> str:
