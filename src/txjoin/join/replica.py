@@ -32,7 +32,6 @@ import io
 import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -45,8 +44,12 @@ from txjoin.cut import Cut, cuts_from_json, cuts_to_json
 from txjoin.debezium.arrow import value_type
 from txjoin.errors import ChangelogError, ConfigError, OutOfMemory
 from txjoin.join.changes import TOAST, resolve_toast
+from txjoin.join.tables import TableSpec
+from txjoin.join.tables import column as _c
+from txjoin.join.tables import duck_type as _duck_type
+from txjoin.join.tables import quote as _q
+from txjoin.join.tables import select_list as _select
 from txjoin.pg.names import QualifiedName
-from txjoin.pg.types import ColumnType
 
 __all__ = ["FORMAT", "Partitions", "ReplicaStore", "TableSpec", "out_of_memory", "read_meta"]
 
@@ -62,63 +65,6 @@ FEW_CHANGES_PER_ROWS = 10
 #: A lookup by primary key goes through its ART index for up to 16 keys, one more per 5,000 table
 #: rows, and at most 2,048 (:meth:`ReplicaStore._index_keys`).
 INDEXED_KEYS, ROWS_PER_INDEXED_KEY, MAX_INDEXED_KEYS = 16, 5000, 2048
-
-
-def _q(ident: str) -> str:
-    """A DuckDB identifier, quoted (names come from the source's catalog)."""
-    return '"' + ident.replace('"', '""') + '"'
-
-
-def _c(col: str) -> str:
-    return _q("c__" + col)
-
-
-def _duck_type(t: pa.DataType) -> str:
-    if pa.types.is_list(t):
-        return _duck_type(t.value_type) + "[]"
-    return {
-        pa.int64(): "BIGINT",
-        pa.int32(): "INTEGER",
-        pa.float64(): "DOUBLE",
-        pa.bool_(): "BOOLEAN",
-    }.get(t, "VARCHAR")
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """A replicated table: its columns, primary key and the columns lookups need."""
-
-    name: QualifiedName
-    primary_key: tuple[str, ...]
-    columns: tuple[tuple[str, ColumnType], ...]
-    indexed: frozenset[str] = field(default_factory=frozenset)
-    arrays: frozenset[str] = field(default_factory=frozenset)
-
-    @property
-    def sql_name(self) -> str:
-        return _q(f"r__{self.name.schema}__{self.name.table}")
-
-    @property
-    def types(self) -> dict[str, ColumnType]:
-        return dict(self.columns)
-
-    @property
-    def secondary(self) -> list[str]:
-        """Columns with an ART index of their own (scalars; a single-column key has its own)."""
-        single_pk = set(self.primary_key[:1] if len(self.primary_key) == 1 else ())
-        types = self.types
-        return sorted(c for c in self.indexed - single_pk if not types[c].is_array)
-
-    def schema(self, columns: Iterable[str] | None = None) -> pa.Schema:
-        """Arrow schema of the Debezium values of ``columns`` (default: all)."""
-        types = self.types
-        names = list(types) if columns is None else list(columns)
-        return pa.schema([(c, value_type(types[c])) for c in names])
-
-
-def _select(spec: TableSpec, columns: Sequence[str] | None, prefix: str = "r") -> str:
-    names = [c for c, _ in spec.columns] if columns is None else list(columns)
-    return ", ".join(f"{prefix}.{_c(c)} AS {_q(c)}" for c in names)
 
 
 #: Events in a staged transaction's first chunk, which measures the events' width.
