@@ -108,6 +108,9 @@ def check(store: ReplicaStore, model: dict[int, Row]) -> None:
     ]
     by_group = store.rows_by_column(T, "g", pa.array([None, 1, 2, 3], pa.int64()), include_null=True)
     assert _sorted(by_group.to_pylist()) == want
+    for column in ("g", "v"):  # without NULL: through the column's index, if it has one
+        found = store.rows_by_column(T, column, pa.array([3, None, 0, 3], pa.int64()), select=["id"])
+        assert sorted(r["id"] for r in found.to_pylist()) == [r["id"] for r in want if r[column] in (0, 3)]
     assert store.count(T) == len(model)
 
 

@@ -62,8 +62,8 @@ FORMAT = 2
 
 #: An upsert through the ART index when a table has this many rows per change or more (_few).
 FEW_CHANGES_PER_ROWS = 10
-#: A lookup by primary key goes through its ART index for up to 16 keys, one more per 5,000 table
-#: rows, and at most 2,048 (:meth:`ReplicaStore._index_keys`).
+#: A lookup by an indexed column goes through its ART index for up to 16 values; by primary key, one
+#: more per 5,000 table rows, and at most 2,048 (:meth:`ReplicaStore._index_keys`).
 INDEXED_KEYS, ROWS_PER_INDEXED_KEY, MAX_INDEXED_KEYS = 16, 5000, 2048
 
 
@@ -85,12 +85,14 @@ class ReplicaStore:
         #: Table rows per key from which a lookup uses the key's index (:meth:`_index_keys`; 0: always).
         self.rows_per_indexed_key = ROWS_PER_INDEXED_KEY
         self._rows: dict[QualifiedName, int] = {}  # rows (live or not) per table, as last counted
+        self._index_max = 0  # DuckDB's index_scan_max_count, as last set
         try:
             # Checkpoints (which rewrite changed row groups) every GB of WAL, not every 16 MB.
             config: dict[str, str | bool | int | float | list[str]] = {
                 "memory_limit": memory_limit,
                 "threads": max(1, threads),
                 "checkpoint_threshold": "1GB",
+                "index_scan_percentage": 0.0,  # scan past index_scan_max_count rows (_index_keys sets it)
             }
             self.db = duckdb.connect(str(self.path), config=config)
         except duckdb.Error as e:
@@ -261,15 +263,20 @@ class ReplicaStore:
         spec = self._spec(table)
         if values.num_rows == 0:
             return spec.schema(select).empty_table()
-        keys = self._index_keys(spec, columns, values)
-        if keys is not None:  # an IN list; the CTE keeps the _del filter out of the index scan
+        found = self._index_keys(spec, columns, values)
+        if found is not None:  # an IN list; the CTE keeps the _del filter out of the index scan
+            keys, most = found
             names = [c for c, _ in spec.columns] if select is None else select
-            return self._query(
-                f"WITH c AS MATERIALIZED (SELECT {', '.join(map(_c, names))}, _del FROM {spec.sql_name} "
-                f"WHERE {_c(columns[0])} IN ({', '.join('?' * len(keys)) or 'NULL'})) "
-                f"SELECT {_select(spec, select, 'c')} FROM c WHERE NOT c._del",
-                params=keys,
-            )
+            with self._lock:
+                if most != self._index_max:
+                    self.db.execute(f"SET index_scan_max_count = {int(most)}")
+                    self._index_max = most
+                return self._query(
+                    f"WITH c AS MATERIALIZED (SELECT {', '.join(map(_c, names))}, _del FROM {spec.sql_name} "
+                    f"WHERE {_c(columns[0])} IN ({', '.join('?' * len(keys)) or 'NULL'})) "
+                    f"SELECT {_select(spec, select, 'c')} FROM c WHERE NOT c._del",
+                    params=keys,
+                )
         on = " AND ".join(f"r.{_c(c)} IS NOT DISTINCT FROM v.{_q(c)}" for c in columns)
         sql = (
             f"SELECT {_select(spec, select)} FROM {spec.sql_name} r SEMI JOIN {{arg}} v ON {on} "
@@ -277,19 +284,32 @@ class ReplicaStore:
         )
         return self._query(sql, values.select(list(columns)))
 
-    def _index_keys(self, spec: TableSpec, columns: Sequence[str], values: pa.Table) -> list[Any] | None:
-        """The distinct ``values`` of a single-column primary key (integers or text, exact as
-        parameters; never NULL) when few enough for its index: one key 2.4 against the join's 4.3 ms
-        at 10k rows and 160-190 ms at 10M; 200 keys 12-16 against 19-26 ms at 1M (bench/NOTES.md)."""
-        if list(columns) != list(spec.primary_key) or len(columns) != 1:
+    def _index_keys(
+        self, spec: TableSpec, columns: Sequence[str], values: pa.Table
+    ) -> tuple[list[Any], int] | None:
+        """The distinct ``values`` of a column with an index of its own (integers or text, exact as
+        parameters) when few enough for it, and the most rows DuckDB may fetch through the index
+        before it scans instead. One key took 2.4 against the join's 4.3 ms at 10k rows and 160-190
+        ms at 10M; 200 keys 12-16 against 19-26 ms at 1M. A fetched row costs about 30 us, a join 4 ms
+        and 20 us per 1,000 table rows (bench/NOTES.md)."""
+        if len(columns) != 1:
             return None
-        if _duck_type(value_type(spec.types[columns[0]])) not in ("BIGINT", "INTEGER", "VARCHAR"):
+        col, unique = columns[0], list(columns) == list(spec.primary_key)
+        if not (unique or col in spec.secondary):
             return None
-        keys = pc.unique(values.column(columns[0]).drop_null())
-        more = (len(keys) - INDEXED_KEYS) * self.rows_per_indexed_key  # a join costs 4 ms on any table
-        if len(keys) > MAX_INDEXED_KEYS or (more > 0 and more > self._size(spec)):
+        if _duck_type(value_type(spec.types[col])) not in ("BIGINT", "INTEGER", "VARCHAR"):
             return None
-        return list(keys.to_pylist())
+        if not unique and values.column(col).null_count:
+            return None  # NULL matches NULL here (GROUP BY); a key is never NULL
+        keys = pc.unique(values.column(col).drop_null())
+        limit = INDEXED_KEYS  # past it, a key has one row at most: a secondary's values may have many
+        if unique:
+            per = self.rows_per_indexed_key
+            limit = limit + self._size(spec) // per if per else MAX_INDEXED_KEYS
+        if len(keys) > min(limit, MAX_INDEXED_KEYS):
+            return None
+        # Past 128 + 1 per 1,500 table rows, rows fetched through the index cost more than the join.
+        return list(keys.to_pylist()), max(len(keys), 128 + self._size(spec) // 1500)
 
     def _size(self, spec: TableSpec) -> int:
         """Rows, live or not, in ``spec``'s table as counted since begin() or apply() (a hint)."""
