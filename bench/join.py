@@ -13,7 +13,7 @@ Delta commit). For N = 10k, 100k and 1M, in one run:
   tables (Parquet), runs the same SQL over all rows and overwrites the
   output Delta table.
 
-Two change patterns of 200 transactions per batch: ``recent`` (each
+Two change patterns of 200 transactions per batch (``--tx-per-batch``): ``recent`` (each
 transaction inserts an order and edits a recent one; one in ten renames a
 recent client: the pizzeria's pattern) and ``uniform`` (edits of orders
 anywhere in the table). Delta tables are copy-on-write in delta-rs (no
@@ -80,8 +80,9 @@ def client(c: int, name: str | None = None) -> dict[str, Any]:
 class Workload:
     """Released transactions, as assembly hands them to the join stage."""
 
-    def __init__(self, n: int, pattern: str, seed: int = 7) -> None:
+    def __init__(self, n: int, pattern: str, seed: int = 7, tx_per_batch: int = TX_PER_BATCH) -> None:
         self.rng = random.Random(seed)
+        self.tx_per_batch = tx_per_batch
         self.n = n
         self.next_id = n + 1
         self.pattern = pattern
@@ -91,7 +92,7 @@ class Workload:
 
     def batch(self) -> pd.DataFrame:
         rows: list[dict[str, Any]] = []
-        for _ in range(TX_PER_BATCH):
+        for _ in range(self.tx_per_batch):
             self.tx += 1
             self.lsn += 100
             events: list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]] = []
@@ -177,7 +178,9 @@ def rebuild(pipeline: Pipeline, batch: int) -> float:
     return time.monotonic() - started
 
 
-def run_size(spark: Any, n: int, pattern: str, batches: int, root: Path) -> dict[str, Any]:
+def run_size(
+    spark: Any, n: int, pattern: str, batches: int, root: Path, tx_per_batch: int = TX_PER_BATCH
+) -> dict[str, Any]:
     state = root / f"{pattern}-{n}"
     spec = build_spec(
         {
@@ -195,7 +198,7 @@ def run_size(spark: Any, n: int, pattern: str, batches: int, root: Path) -> dict
     loaded = time.monotonic() - t0
     rebuilt = [rebuild(pipeline, 0)]
     full = [full_recompute(pipeline, spark, state / "parquet", 0) for _ in range(3)]
-    work = Workload(n, pattern)
+    work = Workload(n, pattern, tx_per_batch=tx_per_batch)
     per_batch: list[float] = []
     stages: dict[str, list[float]] = {}
     for b in range(1, batches + 1):
@@ -227,14 +230,18 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--patterns", default="recent,uniform")
     ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--tx-per-batch", type=int, default=TX_PER_BATCH, help="1: a pipeline at low load")
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
     args = ap.parse_args()
     figures: dict[str, Any] = {}
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"machine: {machine()}; {TX_PER_BATCH} transactions per batch; median of batches 3..{args.batches}")
+    print(
+        f"machine: {machine()}; {args.tx_per_batch} transactions per batch; "
+        f"median of batches 3..{args.batches}"
+    )
     with bench_spark("txjoin-bench-join", "txjoin-bench-join-", cores=2, driver_memory="6g") as (spark, root):
         for pattern in args.patterns.split(","):
-            results = [run_size(spark, n, pattern, args.batches, root) for n in sizes]
+            results = [run_size(spark, n, pattern, args.batches, root, args.tx_per_batch) for n in sizes]
             figures[pattern] = [
                 {
                     "rows": r["n"],
