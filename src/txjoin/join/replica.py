@@ -82,9 +82,9 @@ class ReplicaStore:
         self.tables = {t.name: t for t in tables}
         #: Table rows per change from which a batch is upserted (:meth:`_few`; 0: always, for tests).
         self.few_changes_per_rows = FEW_CHANGES_PER_ROWS
-        #: Table rows per key past 16 from which a lookup by key uses its index (:meth:`_index_keys`;
-        #: 0: always, for tests).
-        self.rows_per_indexed_key = ROWS_PER_INDEXED_KEY
+        #: Values a lookup takes through an index on any table, and table rows per key past them for a
+        #: lookup by key (:meth:`_index_keys`; tests set 0: never, and 0: always).
+        self.indexed_keys, self.rows_per_indexed_key = INDEXED_KEYS, ROWS_PER_INDEXED_KEY
         self._rows: dict[QualifiedName, int] = {}  # rows (live or not) per table, as last counted
         self._index_max = 0  # DuckDB's index_scan_max_count, as last set
         try:
@@ -303,7 +303,7 @@ class ReplicaStore:
         if not unique and values.column(col).null_count:
             return None  # NULL matches NULL here (GROUP BY); a key is never NULL
         keys = pc.unique(values.column(col).drop_null())
-        limit = INDEXED_KEYS  # a key has one row at most, a secondary index's value may have many
+        limit = self.indexed_keys  # a key has one row at most, a secondary index's value may have many
         if unique:
             per = self.rows_per_indexed_key
             limit = limit + self._size(spec) // per if per else MAX_INDEXED_KEYS
