@@ -41,6 +41,7 @@ from txjoin.join.planned import Planned, plan_outputs
 from txjoin.join.propagate import affected_partitions, closure, distinct
 from txjoin.join.replica import Partitions, ReplicaStore
 from txjoin.join.schema_watch import SchemaWatch
+from txjoin.join.tables import quote as _q
 from txjoin.pg.catalog import column_from_json, column_to_json
 from txjoin.pg.names import QualifiedName, parse_table_name
 from txjoin.spec import PipelineSpec, memory
@@ -624,10 +625,6 @@ def semi_join(
         con.unregister("res")
         con.unregister("parts")
     return kept.cast(result.schema)
-
-
-def _q(ident: str) -> str:
-    return '"' + ident.replace('"', '""') + '"'
 
 
 def _advance(cuts: dict[str, Cut], rows: pd.DataFrame) -> dict[str, Cut]:
