@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -224,14 +225,12 @@ def _python_home() -> Iterator[None]:
     process. A streaming query of txjoin's changelog source starts such a process; from the
     zip its imports took 0.7 s of the 1.1 s to its first trigger. A SPARK_HOME the user set
     to another Spark is kept."""
-    import pyspark
-
-    package = Path(pyspark.__file__).parent
-    before = os.environ.get("SPARK_HOME")
-    if before not in (None, str(package)) or not (package / "jars").is_dir():
+    home = _spark_home()
+    if home is None:
         yield
         return
-    os.environ["SPARK_HOME"] = str(_shadow_home(package, str(pyspark.__version__)))
+    before = os.environ.get("SPARK_HOME")
+    os.environ["SPARK_HOME"] = str(home)
     try:
         yield
     finally:
@@ -241,10 +240,47 @@ def _python_home() -> Iterator[None]:
             os.environ["SPARK_HOME"] = before
 
 
+def _spark_home() -> Path | None:
+    """The SPARK_HOME txjoin launches the driver with (None: the one the user set)."""
+    import pyspark
+
+    package = Path(pyspark.__file__).parent
+    if os.environ.get("SPARK_HOME") not in (None, str(package)) or not (package / "jars").is_dir():
+        return None
+    return _shadow_home(package, str(pyspark.__version__))
+
+
+#: What Spark's launcher and JVMs read from SPARK_HOME.
+_HOME_DIRS = ("bin", "jars", "sbin")
+
+
 def _shadow_home(package: Path, version: str) -> Path:
-    """A directory of links to the installed PySpark's entries, all but ``python``. It lives in
-    the user's cache, not /tmp: the JVM opens its jars through it as it runs, for months, and
-    /tmp cleaners remove what they see unused."""
+    """PySpark's ``bin``, ``jars`` and ``sbin``, hard-linked into the user's cache under a name
+    taken from their contents, so every install of the same PySpark (each checkout's venv)
+    launches from the same paths and shares one class archive (:func:`_class_archive`), and the
+    home outlives the install that made it. It lives in the cache, not /tmp: the JVM opens its
+    jars through it as it runs, for months, and /tmp cleaners remove what they see unused. Where
+    hard links fail (another file system), it is a directory of symbolic links for this install."""
+    files = sorted(f for d in _HOME_DIRS for f in (package / d).rglob("*") if f.is_file())
+    listing = [(str(f.relative_to(package)), f.stat().st_size) for f in files]
+    tag = hashlib.sha256(f"{version}:{listing}".encode()).hexdigest()[:12]
+    home = _cache_dir() / f"spark-home-{os.getuid()}-{tag}"
+    if home.is_dir():
+        return home
+    tmp = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
+    try:
+        for d in _HOME_DIRS:
+            if (package / d).is_dir():
+                shutil.copytree(package / d, tmp / d, symlinks=True, copy_function=os.link)
+    except (OSError, shutil.Error):
+        shutil.rmtree(tmp, ignore_errors=True)
+        return _linked_home(package, version)
+    _put_in_place(tmp, home)
+    return home
+
+
+def _linked_home(package: Path, version: str) -> Path:
+    """A directory of symbolic links to ``package``'s entries, all but ``python``."""
     tag = hashlib.sha256(f"{package}:{version}".encode()).hexdigest()[:12]
     home = _cache_dir() / f"spark-home-{os.getuid()}-{tag}"
     if home.is_dir():
@@ -253,13 +289,15 @@ def _shadow_home(package: Path, version: str) -> Path:
     for entry in package.iterdir():
         if entry.name != "python":
             (tmp / entry.name).symlink_to(entry)
+    _put_in_place(tmp, home)
+    return home
+
+
+def _put_in_place(tmp: Path, home: Path) -> None:
     try:
         tmp.rename(home)
     except OSError:  # another process made it first
-        for link in tmp.iterdir():
-            link.unlink()
-        tmp.rmdir()
-    return home
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _cache_dir() -> Path:
@@ -283,7 +321,9 @@ def _class_archive(java: str) -> Path | None:
     import pyspark
 
     st = os.stat(java)
-    key = f"{Path(pyspark.__file__).parent}:{pyspark.__version__}:{java}:{st.st_size}:{st.st_mtime_ns}"
+    # The class path's jars are under the home the driver launches from.
+    home = _spark_home() or Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
+    key = f"{home}:{pyspark.__version__}:{java}:{st.st_size}:{st.st_mtime_ns}"
     return _cache_dir() / f"spark-classes-{os.getuid()}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
 
 import pyspark
 import pytest
 
-from txjoin.session import _python_home
+from txjoin.session import _python_home, _shadow_home
 
 PACKAGE = Path(pyspark.__file__).parent
 
@@ -24,7 +26,9 @@ def test_the_driver_gets_the_installed_spark_without_its_python_zips(
     with _python_home():
         home = Path(os.environ["SPARK_HOME"])
         assert home != PACKAGE
-        assert (home / "jars").resolve() == (PACKAGE / "jars").resolve()
+        jars = sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "jars").rglob("*") if p.is_file())
+        assert sorted(str(p.relative_to(home)) for p in (home / "jars").rglob("*") if p.is_file()) == jars
+        assert all(os.path.samefile(home / j, PACKAGE / j) for j in jars)
         assert (home / "bin" / "spark-submit").exists()
         assert not (home / "python" / "lib" / "pyspark.zip").exists()
         assert (PACKAGE / "python" / "lib" / "pyspark.zip").exists()  # what Spark would have used
@@ -64,4 +68,56 @@ def test_an_unwritable_cache_falls_back_to_the_temp_directory(
     with _python_home():
         home = Path(os.environ["SPARK_HOME"])
     assert home.parent == tmp_path / "tmp"
-    assert (home / "jars").resolve() == (PACKAGE / "jars").resolve()
+    jar = next((PACKAGE / "jars").iterdir()).name
+    assert os.path.samefile(home / "jars" / jar, PACKAGE / "jars" / jar)
+
+
+def _install(at: Path, jar: bytes) -> Path:
+    """A PySpark install's layout at ``at``: bin, jars, sbin and a python directory."""
+    for d, name, data in [("bin", "spark-submit", b"#!/bin/sh"), ("jars", "spark-core.jar", jar),
+                          ("sbin", "start-master.sh", b"#!/bin/sh"), ("python", "setup.py", b"")]:  # fmt: skip
+        (at / d).mkdir(parents=True)
+        (at / d / name).write_bytes(data)
+    return at
+
+
+def test_installs_of_the_same_pyspark_share_one_home_that_outlives_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Each checkout's venv installs PySpark at its own path; the driver's class path, and so its
+    # class archive, must not depend on it (a fresh clone would write another 180 MB archive).
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = _shadow_home(_install(tmp_path / "a" / "pyspark", b"classes"), "4.0.0")
+    second = _shadow_home(_install(tmp_path / "b" / "pyspark", b"classes"), "4.0.0")
+    assert first == second
+    assert sorted(p.name for p in first.iterdir()) == ["bin", "jars", "sbin"]
+    shutil.rmtree(tmp_path / "a")
+    assert (first / "jars" / "spark-core.jar").read_bytes() == b"classes"
+    other = _shadow_home(_install(tmp_path / "c" / "pyspark", b"other classes"), "4.0.0")
+    assert other != first
+    assert (other / "jars" / "spark-core.jar").read_bytes() == b"other classes"
+    assert _shadow_home(tmp_path / "b" / "pyspark", "4.0.1") not in (first, other)
+    (tmp_path / "b" / "pyspark" / "jars" / "connect").mkdir()  # jars in a subdirectory count too
+    (tmp_path / "b" / "pyspark" / "jars" / "connect" / "repl.jar").write_bytes(b"repl")
+    grown = _shadow_home(tmp_path / "b" / "pyspark", "4.0.0")
+    assert grown not in (first, other)
+    assert (grown / "jars" / "connect" / "repl.jar").read_bytes() == b"repl"
+    assert not [p for p in first.parent.iterdir() if "." in p.name]  # no half-made home left
+
+
+def test_without_hard_links_the_home_links_to_the_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A cache on another file system than the venv: links to this install, its own home.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def cross_device(src: str, dst: str) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link", src)
+
+    monkeypatch.setattr("os.link", cross_device)
+    package = _install(tmp_path / "a" / "pyspark", b"classes")
+    home = _shadow_home(package, "4.0.0")
+    assert (home / "jars").resolve() == package / "jars"
+    assert not (home / "python").exists()
+    assert _shadow_home(_install(tmp_path / "b" / "pyspark", b"classes"), "4.0.0") != home
+    assert not [p for p in home.parent.iterdir() if "." in p.name]
