@@ -43,8 +43,12 @@ setup: system venv
 lint: setup
 	$(BIN)/ruff check src tests bench scenarios
 
+# mypy's cache lives in the user's cache, shared by checkouts: it checks each file's hash, so a
+# fresh clone rechecks what differs (1 s against 28 s for all 194 files).
+MYPY_CACHE_DIR ?= $${XDG_CACHE_HOME:-$$HOME/.cache}/txjoin/mypy
+
 typecheck: setup
-	$(BIN)/mypy
+	MYPY_CACHE_DIR="$(MYPY_CACHE_DIR)" $(BIN)/mypy
 
 test: lint typecheck
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} TXJOIN_SPARK_JAVA_OPTIONS="$(TEST_JAVA_OPTIONS)" \
