@@ -305,8 +305,8 @@ def _only(**values: Any) -> dict[str, Any]:
     return {**dict.fromkeys(_FIELDS), **values}
 
 
-@pytest.mark.slow(150)
-@settings(max_examples=examples(ci=12, thorough=200))
+@pytest.mark.slow(110)
+@settings(max_examples=examples(ci=8, thorough=200))
 @given(rows=st.lists(ROW, max_size=6))
 # Spark's runtime errors must be txjoin's errors where PostgreSQL raises one (found in CI): an
 # overflow (bigint - 1) and the translation's raise_error (float overflow).
