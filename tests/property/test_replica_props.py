@@ -112,7 +112,21 @@ def check(store: ReplicaStore, model: dict[int, Row]) -> None:
     for column in ("g", "v"):  # without NULL: through the column's index, if it has one
         found = store.rows_by_column(T, column, pa.array([3, None, 0, 3], pa.int64()), select=["id"])
         assert sorted(r["id"] for r in found.to_pylist()) == [r["id"] for r in want if r[column] in (0, 3)]
+    for columns, values in TUPLES:  # a composite lookup: through one column's index, if any fits
+        found = store.rows_by_tuples(T, columns, pa.table(values), select=["id"])
+        tuples = list(zip(*(a.to_pylist() for a in values.values()), strict=True))
+        assert sorted(r["id"] for r in found.to_pylist()) == [
+            r["id"] for r in want if tuple(r[c] for c in columns) in tuples
+        ], columns
     assert store.count(T) == len(model)
+
+
+# NULL in a tuple matches NULL (GROUP BY); repeats, absent values. The first one's g has no NULL.
+TUPLES: list[tuple[list[str], dict[str, pa.Array]]] = [
+    (["g", "v"], {"g": pa.array([1, 3, 3, 2], pa.int64()), "v": pa.array([0, None, 5, 5], pa.int64())}),
+    (["v", "g"], {"v": pa.array([None, 4, 7], pa.int64()), "g": pa.array([1, None, 3], pa.int64())}),
+    (["id", "g"], {"id": pa.array([1, 2, 3, 9, None], pa.int64()), "g": pa.array([None, 1, 2, 2, 3], pa.int64())}),
+]
 
 
 def _store(path: Path, spec: TableSpec, upsert: bool) -> ReplicaStore:

@@ -266,18 +266,22 @@ class ReplicaStore:
             return spec.schema(select).empty_table()
         found = self._index_keys(spec, columns, values)
         if found is not None:  # an IN list; the CTE keeps the _del filter out of the index scan
-            keys, most = found
-            names = [c for c, _ in spec.columns] if select is None else select
+            col, keys, most = found
+            names = [c for c, _ in spec.columns] if select is None else list(select)
+            fetched = ", ".join(map(_c, dict.fromkeys([*names, *columns])))
+            sql = (
+                f"WITH c AS MATERIALIZED (SELECT {fetched}, _del FROM {spec.sql_name} "
+                f"WHERE {_c(col)} IN ({', '.join('?' * len(keys)) or 'NULL'})) "
+                f"SELECT {_select(spec, select, 'c')} FROM c "
+            )
+            if len(columns) > 1:  # the rows of those values that match a whole tuple
+                on = " AND ".join(f"c.{_c(k)} IS NOT DISTINCT FROM v.{_q(k)}" for k in columns)
+                sql += f"SEMI JOIN {{arg}} v ON {on} "
             with self._lock:
                 if most != self._index_max:
                     self.db.execute(f"SET index_scan_max_count = {int(most)}")
                     self._index_max = most
-                return self._query(
-                    f"WITH c AS MATERIALIZED (SELECT {', '.join(map(_c, names))}, _del FROM {spec.sql_name} "
-                    f"WHERE {_c(columns[0])} IN ({', '.join('?' * len(keys)) or 'NULL'})) "
-                    f"SELECT {_select(spec, select, 'c')} FROM c WHERE NOT c._del",
-                    params=keys,
-                )
+                return self._query(sql + "WHERE NOT c._del", values.select(list(columns)), keys)
         on = " AND ".join(f"r.{_c(c)} IS NOT DISTINCT FROM v.{_q(c)}" for c in columns)
         sql = (
             f"SELECT {_select(spec, select)} FROM {spec.sql_name} r SEMI JOIN {{arg}} v ON {on} "
@@ -287,30 +291,32 @@ class ReplicaStore:
 
     def _index_keys(
         self, spec: TableSpec, columns: Sequence[str], values: pa.Table
-    ) -> tuple[list[Any], int] | None:
-        """The distinct ``values`` of a column with an index of its own (integers or text, exact as
-        parameters) when few enough for it, and the most rows DuckDB may fetch through the index
-        before it scans instead. One key took 2.4 against the join's 4.3 ms at 10k rows and 160-190
-        ms at 10M; 200 keys 12-16 against 19-26 ms at 1M. A fetched row costs about 30 us, a join 4 ms
+    ) -> tuple[str, list[Any], int] | None:
+        """A column of ``columns`` with an index of its own (integers or text, exact as parameters)
+        whose distinct ``values`` are few enough for it, those values, and the most rows DuckDB may
+        fetch through the index before it scans instead; None: a join. DuckDB cannot scan an index
+        of two or more columns, so a composite key's lookup goes through one of its columns' own
+        indexes, if any. One key took 2.4 against the join's 4.3 ms at 10k rows and 160-190 ms at
+        10M; 200 keys 12-16 against 19-26 ms at 1M. A fetched row costs about 30 us, a join 4 ms
         and 20 us per 1,000 table rows (bench/NOTES.md)."""
-        if len(columns) != 1:
-            return None
-        col, unique = columns[0], list(columns) == list(spec.primary_key)
-        if not (unique or col in spec.secondary):
-            return None
-        if _duck_type(value_type(spec.types[col])) not in ("BIGINT", "INTEGER", "VARCHAR"):
-            return None
-        if not unique and values.column(col).null_count:
-            return None  # NULL matches NULL here (GROUP BY); a key is never NULL
-        keys = pc.unique(values.column(col).drop_null())
-        limit = self.indexed_keys  # a key has one row at most, a secondary index's value may have many
-        if unique:
-            per = self.rows_per_indexed_key
-            limit = limit + self._size(spec) // per if per else MAX_INDEXED_KEYS
-        if len(keys) > min(limit, MAX_INDEXED_KEYS):
-            return None
-        # Past 128 + 1 per 1,500 table rows, rows fetched through the index cost more than the join.
-        return list(keys.to_pylist()), max(len(keys), 128 + self._size(spec) // 1500)
+        for col in columns:
+            unique = tuple(spec.primary_key) == (col,)
+            if not (unique or col in spec.secondary):
+                continue
+            if _duck_type(value_type(spec.types[col])) not in ("BIGINT", "INTEGER", "VARCHAR"):
+                continue
+            if not unique and values.column(col).null_count:
+                continue  # IN never matches NULL; the join matches NULL with NULL (GROUP BY)
+            keys = pc.unique(values.column(col).drop_null())  # a key is never NULL
+            limit = self.indexed_keys  # a key has one row at most, a secondary index's value may have many
+            if unique:
+                per = self.rows_per_indexed_key
+                limit = limit + self._size(spec) // per if per else MAX_INDEXED_KEYS
+            if len(keys) > min(limit, MAX_INDEXED_KEYS):
+                continue
+            # Past 128 + 1 per 1,500 table rows, rows fetched through the index cost more than the join.
+            return col, list(keys.to_pylist()), max(len(keys), 128 + self._size(spec) // 1500)
+        return None
 
     def _size(self, spec: TableSpec) -> int:
         """Rows, live or not, in ``spec``'s table as counted since begin() or apply() (a hint)."""
