@@ -193,6 +193,7 @@ def test_kill_9_at_random_points_with_schema_changes_and_a_resync(pg_db: str, tm
                         ResyncDir(spec.changelog, "s"),
                     )
                     oracle.record(done.xid)
+                    work.changed.append(done.xid)  # its marker is a cut: the last one if no change follows
                 resyncs += 1
                 timeline.append(f"{time.monotonic() - t0:.0f}s resync")
             started = log.stat().st_size
