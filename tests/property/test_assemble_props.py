@@ -62,7 +62,7 @@ def _run(
 
 
 @pytest.mark.slow(75)
-@settings(max_examples=examples(ci=300, thorough=5000))
+@settings(max_examples=examples(ci=200, thorough=5000))
 @given(st.data())
 def test_released_sequence_is_the_committed_transactions_whole_once_in_order(
     data: st.DataObject,
@@ -117,7 +117,7 @@ def test_released_sequence_is_the_committed_transactions_whole_once_in_order(
         last_seq = seqs[-1]
 
 
-@settings(max_examples=examples(ci=150, thorough=3000))
+@settings(max_examples=examples(ci=100, thorough=3000))
 @given(st.data())
 def test_staged_transactions_are_applied_whole_once_in_order(data: st.DataObject) -> None:
     """With a tiny staging threshold, every transaction of two or more events is staged: its

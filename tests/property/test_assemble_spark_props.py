@@ -56,8 +56,8 @@ class Query:
         self.q.stop()
 
 
-@pytest.mark.slow(130)
-@settings(max_examples=examples(ci=20, thorough=200))
+@pytest.mark.slow(105)
+@settings(max_examples=examples(ci=15, thorough=200))
 @given(st.data())
 def test_spark_query_releases_whole_transactions_once_in_commit_order(
     spark: Any, data: st.DataObject

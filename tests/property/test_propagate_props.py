@@ -172,7 +172,7 @@ def batches(draw: st.DrawFn) -> tuple[Schema, list[tuple[int, Row]], list[list[O
 
 
 @pytest.mark.slow(70)
-@settings(max_examples=examples(ci=150, thorough=3000))
+@settings(max_examples=examples(ci=100, thorough=3000))
 @given(case=batches(), indexed=st.booleans())
 def test_affected_partitions_cover_every_change_and_closures_suffice(
     case: tuple[Schema, list[tuple[int, Row]], list[list[Op]]], indexed: bool

@@ -152,7 +152,7 @@ def cases(draw: st.DrawFn) -> tuple[list[list[tuple[Any, ...]]], list[int], list
 
 
 @pytest.mark.slow(55)
-@settings(max_examples=examples(ci=150, thorough=2000), deadline=None)
+@settings(max_examples=examples(ci=100, thorough=2000), deadline=None)
 @given(
     case=cases(),
     bulk=st.booleans(),
