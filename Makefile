@@ -7,9 +7,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.txjoin-installed
 PYTEST_ARGS ?=
-# The suite mostly waits (on PostgreSQL, Spark's JVMs, triggers and crash
-# restarts): two workers, each with its own server and Spark session (three were
-# slower: 22:08 against 20:07). TEST_WORKERS=0 runs it in one process.
+# Two workers, each with its own server and Spark session: both cores stay busy throughout
+# the tests (sampled every 15 s on 2026-11-29; a Spark start alone costs about
+# 9 s of CPU), and three were slower (22:08 against 20:07; 22:04 against 21:42).
+# TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 # make test's Spark JVMs compile with C1 only: its JVMs live seconds to minutes over small
 # data, and C2's compiler threads took the cores the tests wait on (test_load_crash and
