@@ -275,17 +275,15 @@ class ReplicaStore:
                 f"SELECT {_select(spec, select, 'c')} FROM c "
             )
             if len(columns) > 1:  # the rows of those values that match a whole tuple
-                on = " AND ".join(f"c.{_c(k)} IS NOT DISTINCT FROM v.{_q(k)}" for k in columns)
-                sql += f"SEMI JOIN {{arg}} v ON {on} "
+                sql += f"SEMI JOIN {{arg}} v ON {_matching('c', columns)} "
             with self._lock:
                 if most != self._index_max:
                     self.db.execute(f"SET index_scan_max_count = {int(most)}")
                     self._index_max = most
                 return self._query(sql + "WHERE NOT c._del", values.select(list(columns)), keys)
-        on = " AND ".join(f"r.{_c(c)} IS NOT DISTINCT FROM v.{_q(c)}" for c in columns)
         sql = (
-            f"SELECT {_select(spec, select)} FROM {spec.sql_name} r SEMI JOIN {{arg}} v ON {on} "
-            "WHERE NOT r._del"
+            f"SELECT {_select(spec, select)} FROM {spec.sql_name} r "
+            f"SEMI JOIN {{arg}} v ON {_matching('r', columns)} WHERE NOT r._del"
         )
         return self._query(sql, values.select(list(columns)))
 
@@ -628,6 +626,11 @@ class ReplicaStore:
         """Stored rows (live) of the keys of ``batch``'s rows, by key (for unchanged TOASTed values)."""
         rows = self.rows_by_keys(spec.name, batch.select(list(spec.primary_key)))
         return {tuple(r[c] for c in spec.primary_key): r for r in rows.to_pylist()}
+
+
+def _matching(alias: str, columns: Sequence[str]) -> str:
+    """Rows of ``alias`` equal (NULL-safely) to a lookup's row ``v`` on ``columns``."""
+    return " AND ".join(f"{alias}.{_c(k)} IS NOT DISTINCT FROM v.{_q(k)}" for k in columns)
 
 
 def out_of_memory(e: BaseException, *, replica_memory: str, batch_bytes: int) -> OutOfMemory | None:
