@@ -47,6 +47,9 @@ def numeric(p: int, s: int) -> ColumnType:
         (ColumnType(1184, "timestamptz"), "2023-09-23 21:00:00+02", "2023-09-23T19:00:00Z"),
         (ColumnType(1184, "timestamptz"), "2023-09-23 21:00:00.123+05:30", "2023-09-23T15:30:00.123Z"),
         (ColumnType(1184, "timestamptz"), "2023-09-23 19:00:00.000001+00", "2023-09-23T19:00:00.000001Z"),
+        # PostgreSQL drops a fraction's trailing zeros; text that keeps them still converts.
+        (ColumnType(1184, "timestamptz"), "2023-09-23 19:00:00.500+00", "2023-09-23T19:00:00.5Z"),
+        (ColumnType(1184, "timestamptz"), "2023-09-23 19:00:00.000000+00", "2023-09-23T19:00:00Z"),
         # Years before 1000 keep four digits (glibc's strftime %Y would write '361').
         (ColumnType(1184, "timestamptz"), "0361-11-23 12:34:50.5+00", "0361-11-23T12:34:50.5Z"),
         (ColumnType(1083, "time"), "01:02:03.000004", 3723000004),

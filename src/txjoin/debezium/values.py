@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -111,7 +112,13 @@ def _iso_utc(t: dt.datetime) -> str:
     return base + "Z"
 
 
+#: timestamptz as PostgreSQL prints it in UTC (capture's sessions; no trailing zeros in the fraction).
+_UTC_TEXT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{0,5}[1-9])?\+00", re.ASCII)
+
+
 def _timestamptz(text: str) -> str | None:
+    if _UTC_TEXT.fullmatch(text):  # the text itself, rearranged: 2 us against 7 through datetime
+        return f"{text[:10]}T{text[11:-3]}Z"
     if text in ("infinity", "-infinity"):
         return None
     if text.endswith(" BC"):
