@@ -4,7 +4,7 @@ Capture converts every timestamptz value from its text output. In capture's
 sessions (TimeZone=UTC) that text is rearranged as it stands (the fast path of
 ``values._timestamptz``); text with any other offset goes through ``datetime``.
 Generated instants, printed by PostgreSQL in UTC and in zones with odd offsets
-(half and quarter hours, and local mean time's seconds before 1900), must
+(half and quarter hours, and Amsterdam's +00:19:32 before 1937), must
 convert to the string computed here from the instant alone.
 """
 

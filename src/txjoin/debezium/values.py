@@ -117,7 +117,7 @@ _UTC_TEXT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{0,5}[1-9])?\+00",
 
 
 def _timestamptz(text: str) -> str | None:
-    if _UTC_TEXT.fullmatch(text):  # the text itself, rearranged: 2 us against 7 through datetime
+    if _UTC_TEXT.fullmatch(text):  # the text itself, rearranged: 1.1 us against 7.6 through datetime
         return f"{text[:10]}T{text[11:-3]}Z"
     if text in ("infinity", "-infinity"):
         return None
