@@ -398,3 +398,16 @@ def test_staged_chunks_hold_about_chunk_bytes_of_values_whatever_the_rows_width(
     assert min(len(c) for c in chunks[-10:-1]) >= 45  # and not needlessly small
     assert [len(c) for c in s.staged("s", 7, 300)] == [300] * 4 + [200]  # no budget: rows only
     s.rollback()
+
+
+def test_distinct_keys_never_counts_fewer_than_duckdb(tmp_path: Path) -> None:
+    """The upsert's shortcut ends a batch when it wrote one row per distinct key, counted by Arrow:
+    Arrow must tell apart every pair of keys DuckDB does (-0.0 and 0.0 it tells apart, DuckDB not,
+    which only costs a second statement), and key types Arrow cannot group are counted by DuckDB."""
+    s = store_for(plan("SELECT o.id, o.note FROM orders o", ["id"]), tmp_path / "r.duckdb")
+    floats = pa.table({"k": pa.array([float("nan"), float("nan"), -0.0, 0.0, 1.0, 1.0])})
+    duck = s.db.sql("SELECT count(*) FROM (SELECT DISTINCT k FROM floats)").fetchall()[0][0]
+    assert (duck, s._distinct_keys(floats, ["k"], 'w."k"')) == (3, 4)
+    lists = pa.table({"k": pa.array([[1], [1], [2, 3]], pa.list_(pa.int64())), "j": [1, 1, 1]})
+    assert s._distinct_keys(lists, ["k", "j"], 'w."k", w."j"') == 2
+    s.close()

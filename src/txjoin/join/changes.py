@@ -264,16 +264,16 @@ def _maybe_missing(used: set[str], parsed: pa.Table) -> Any:
     """Positions of the parsed records whose after image may lack a column of ``used``; None: any.
 
     The fast parse reads a missing key as null, so a record with every used column set has them
-    all: only the others need :func:`_check_columns`' second reading of the JSON.
+    all: only the others need :func:`_check_columns`' second reading of the JSON. A record without
+    an after image (a delete, a truncate) passes that check, so it is never among them.
     """
     after = parsed.column("after").combine_chunks()
     if not used <= {f.name for f in after.type}:
         return None
-    mask = pc.is_null(after)
+    mask = pa.repeat(pa.scalar(False), len(after))
     for c in used:
         mask = pc.or_(mask, pc.is_null(after.field(c)))
-    mask = pc.and_(mask, pc.not_equal(parsed.column("op").combine_chunks(), "t"))
-    return pc.indices_nonzero(mask).to_numpy()
+    return pc.indices_nonzero(pc.and_(mask, pc.is_valid(after))).to_numpy()
 
 
 def parse_released(
