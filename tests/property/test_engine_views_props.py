@@ -208,3 +208,46 @@ def test_a_large_join_on_any_keeps_its_views_broadcastable(spark: Any) -> None:
     assert len(large) == 2 * n - 3  # ids n - 1 and n have one tag and none inside 1..n
     assert _sorted(large) == _sorted(combined)
     assert not any(t.name in {plan.view(a) for a in plan.aliases} for t in spark.catalog.listTables())
+
+
+@settings(max_examples=examples(ci=10, thorough=100), deadline=None)
+@given(
+    outputs=st.lists(st.sampled_from(sorted(SQLS)), min_size=2, max_size=3),
+    per_alias=st.tuples(*(st.lists(_ROW, max_size=6) for _ in range(3))),
+)
+def test_several_outputs_in_one_query_equal_each_on_its_own(
+    spark: Any, outputs: list[str], per_alias: tuple[list[dict[str, Any]], ...]
+) -> None:
+    """Outputs recomputed together (one UNION ALL, their columns side by side) give each output's
+    own rows and column types; only nullability may differ (a UNION's other branches are NULL)."""
+    engine = SparkEngine(spark, {A: TABLE})
+    work = {}
+    for i, output in enumerate(outputs):
+        key = ("id", "child") if output == "joined" else ("Grp Name",)
+        plan = plan_output(f"{output}{i}", SQLS[output], key, {A: table_info(TABLE)})
+        rows = {alias: _rows(r) for alias, r in zip(plan.aliases, per_alias, strict=True)}
+        work[plan.name] = (plan, engine.views(plan, rows))
+    together = engine.run_many(work)
+    assert list(together) == list(work)
+    for name, (plan, views) in work.items():
+        alone = engine.run_views(plan, views)
+        assert [(f.name, f.type) for f in together[name].schema] == [(f.name, f.type) for f in alone.schema]
+        assert _sorted(together[name]) == _sorted(alone)
+
+
+def test_outputs_together_leave_a_failing_query_to_each_output(spark: Any) -> None:
+    """A value that makes one output's SQL fail in Spark: run_many gives nothing, so each output runs
+    alone and the failing one is named; views past the engine's limit for one query are left too."""
+    from txjoin.errors import UnsupportedQuery
+
+    engine = SparkEngine(spark, {A: TABLE})
+    rows = _rows([{"id": 1, "small": "0"}, {"id": 2, "small": "5"}])
+    ok = plan_output("ok", "select a.id, a.small from a", ("id",), {A: table_info(TABLE)})
+    bad = plan_output("bad", "select a.id, 10 / a.small as q from a", ("id",), {A: table_info(TABLE)})
+    work = {p.name: (p, engine.views(p, {alias: rows for alias in p.aliases})) for p in (ok, bad)}
+    assert engine.run_many(work) == {}
+    assert sorted(r["small"] for r in engine.run_views(ok, work["ok"][1]).to_pylist()) == [0, 5]
+    with pytest.raises(UnsupportedQuery, match="output 'bad'"):
+        engine.run_views(bad, work["bad"][1])
+    small = SparkEngine(spark, {A: TABLE}, combine_rows=3)
+    assert small.run_many({"ok": work["ok"], "ok2": (ok, work["ok"][1])}) == {}

@@ -18,7 +18,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,13 @@ import pyarrow.compute as pc
 from txjoin.assemble.buffer import COMMIT_STAGED, LOAD
 from txjoin.changelog.snapshots import Manifest, read_manifest
 from txjoin.cut import Cut
-from txjoin.errors import ChangelogError, SchemaChangeError, TxJoinError, UnsupportedQuery
+from txjoin.errors import (
+    ChangelogError,
+    SchemaChangeError,
+    TxJoinError,
+    UnsupportedQuery,
+    ValueNotRepresentable,
+)
 from txjoin.faults import crash_point, mutated
 from txjoin.join.changes import parse_released, touched_of
 from txjoin.join.engine import SparkEngine, spark_column
@@ -540,12 +546,47 @@ class JoinStage:
         t0 = time.monotonic()
         rows = closure(plan, self.store, parts)
         t0 = stats.add_time("fetch", t0)
-        result = self.engine.run(plan, rows)
+        recomputed = self._guarded(plan, parts, self.engine.run(plan, rows))
+        stats.add_time("recompute", t0)
+        return recomputed
+
+    def recompute_together(
+        self, wanted: Mapping[str, Partitions | None], stats: BatchStats
+    ) -> dict[str, Recomputed]:
+        """Several outputs' small recomputes in one Spark query (:meth:`SparkEngine.run_many`). The
+        outputs left out are for :meth:`recompute`: rows past the engine's limit for one query (a
+        closure fetched for nothing, once), a value Spark cannot hold, a query Spark refuses."""
+        t0 = time.monotonic()
+        work: dict[str, tuple[OutputPlan, dict[str, pa.Table]]] = {}
+        rows = nbytes = 0
+        for name, parts in wanted.items():
+            plan = self.plans[name]
+            if parts is None and sum(self.store.count(t) for t in plan.tables) > self.engine.combine_rows:
+                continue
+            try:
+                views = self.engine.views(plan, closure(plan, self.store, parts))
+            except ValueNotRepresentable:
+                continue
+            n, b = sum(t.num_rows for t in views.values()), sum(t.nbytes for t in views.values())
+            if self.engine.small(rows + n, nbytes + b):
+                work[name] = (plan, views)
+                rows, nbytes = rows + n, nbytes + b
+        t0 = stats.add_time("fetch", t0)
+        out = {}
+        for name, result in self.engine.run_many(work).items():
+            try:
+                out[name] = self._guarded(self.plans[name], wanted[name], result)
+            except ValueNotRepresentable:
+                continue
+        stats.add_time("recompute", t0)
+        return out
+
+    def _guarded(self, plan: OutputPlan, parts: Partitions | None, result: pa.Table) -> Recomputed:
+        """``result`` without rows outside ``parts``, its key checked unique."""
         typed = None if parts is None else self._typed(plan, parts)
         if typed is not None and (plan.mode == "root" or plan.anchor):
             result = self._only_partitions(plan, result, typed)
         _check_unique(plan, result)
-        stats.add_time("recompute", t0)
         return Recomputed(result, None if typed is None else _tuples(typed))
 
     def distributed(self, output: str) -> bool:

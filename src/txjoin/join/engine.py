@@ -48,6 +48,7 @@ COMBINE_ROWS = 20_000
 #: local relation (Spark's spark.sql.execution.arrow.localRelationThreshold, 48 MB by default).
 LOCAL_RELATION_BYTES = 256 << 10
 _VIEW_TAG = "txj__view"
+_OUTPUT_TAG = "txj__output"
 
 
 def spark_arrow_type(col: ColumnType) -> pa.DataType:
@@ -251,6 +252,10 @@ class SparkEngine:
 
     def run(self, plan: OutputPlan, rows: Mapping[str, pa.Table]) -> pa.Table:
         """The SQL's result over ``rows`` (per alias of the SQL, Debezium values)."""
+        return self.run_views(plan, self.views(plan, rows))
+
+    def views(self, plan: OutputPlan, rows: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
+        """``rows`` (per alias, Debezium values) as the plan's views, in Spark's types."""
         views: dict[str, pa.Table] = {}
         for alias, info in plan.aliases.items():
             table = self.tables[info.name]
@@ -260,6 +265,60 @@ class SparkEngine:
                 names = [c.name for c in table.columns if c.name in used]
                 data = pa.schema([(n, value_type(table.types[n])) for n in names]).empty_table()
             views[plan.view(alias)] = to_spark(data, table)
+        return views
+
+    def small(self, rows: int, nbytes: int) -> bool:
+        """Whether views of ``rows`` rows and ``nbytes`` Arrow bytes in all go to Spark as one DataFrame."""
+        return rows <= self.combine_rows and nbytes <= self.local_relation_bytes
+
+    def run_many(self, work: Mapping[str, tuple[OutputPlan, Mapping[str, pa.Table]]]) -> dict[str, pa.Table]:
+        """Several outputs' results (``work``: output -> its plan and :meth:`views`) from ONE Spark
+        query: all views in one DataFrame, each output's SQL a branch of a UNION ALL whose columns
+        are every output's, NULL in the other branches. Spark's cost per query, not its rows, is most
+        of a small recompute: 4 outputs took 379 against 698 ms one by one (bench/NOTES.md).
+
+        {} where the views are not :meth:`small` together, or where Spark refuses the query for its
+        SQL or rows: each output's own :meth:`run_views` then says which one fails."""
+        if len(work) == 1:
+            ((name, (plan, views)),) = work.items()
+            return {name: self.run_views(plan, views)}
+        every = [t for _, views in work.values() for t in views.values()]
+        if not work or not self.small(sum(t.num_rows for t in every), sum(t.nbytes for t in every)):
+            return {}
+        base = "txj___together"  # output names are identifiers: no output's view is named so
+        parts: list[pa.Table] = []
+        ctes = []
+        for _, views in work.values():
+            for name, t in views.items():
+                ctes.append(_tagged_view(parts, base, name, t))
+        branches = []
+        for k, (plan, _) in enumerate(work.values()):
+            cols = [
+                f"q.c{j} AS o{i}_{j}" if i == k else f"NULL AS o{i}_{j}"
+                for i, (other, _) in enumerate(work.values())
+                for j in range(len(other.columns))
+            ]
+            names = ", ".join(f"c{j}" for j in range(len(plan.columns)))
+            # The translated SQL, as run() runs it; the rest are txjoin's own names.
+            select = f"SELECT {k} AS {_OUTPUT_TAG}, {', '.join(cols)}"
+            branches.append(f"{select} FROM ({plan.spark_sql}) AS q({names})")
+        combined = pa.concat_tables(parts, promote_options="default")
+        _spark_frame(self.spark, combined).createOrReplaceTempView(base)
+        try:
+            result = self.spark.sql(f"WITH {', '.join(ctes)}\n" + "\nUNION ALL\n".join(branches)).toArrow()
+        except Exception as e:
+            if spark_error(next(iter(work.values()))[0], e) is None:
+                raise  # no fault of the SQL or its rows
+            return {}
+        tag = result.column(_OUTPUT_TAG)
+        out = {}
+        for k, (name, (plan, _)) in enumerate(work.items()):
+            mine = result.filter(pc.equal(tag, k)).select([f"o{k}_{j}" for j in range(len(plan.columns))])
+            out[name] = _storable(mine.rename_columns(list(plan.columns)))
+        return out
+
+    def run_views(self, plan: OutputPlan, views: Mapping[str, pa.Table]) -> pa.Table:
+        """The SQL's result over :meth:`views`."""
         session, sql = self._register(plan, views)
         with spark_errors(plan):
             frame = session.sql(sql)
@@ -299,21 +358,14 @@ class SparkEngine:
         views over 12,784 rows (bench/NOTES.md). Small views stay local relations, which Spark
         can broadcast.
         """
-        total = sum(t.num_rows for t in views.values())
-        large = total > self.combine_rows or sum(t.nbytes for t in views.values()) > self.local_relation_bytes
+        large = not self.small(sum(t.num_rows for t in views.values()), sum(t.nbytes for t in views.values()))
         if len(views) < 2 or large:
             session = self._large_session() if large else self.spark
             _register_views(session, views)
             return session, plan.spark_sql
         base = plan.all_views()
-        parts, ctes = [], []
-        for i, (name, t) in enumerate(views.items()):
-            cols = [f"c{i}_{j}" for j in range(t.num_columns)]
-            tag = pa.repeat(pa.scalar(i, pa.int32()), t.num_rows)
-            parts.append(t.rename_columns(cols).append_column(_VIEW_TAG, tag))
-            select = ", ".join(f"{c} AS {_quote(orig)}" for c, orig in zip(cols, t.column_names, strict=True))
-            # Column names are quoted; view names are txjoin's own (OutputPlan.view, all_views).
-            ctes.append(f"{name} AS (SELECT {select} FROM {base} WHERE {_VIEW_TAG} = {i})")  # noqa: S608
+        parts: list[pa.Table] = []
+        ctes = [_tagged_view(parts, base, name, t) for name, t in views.items()]
         combined = pa.concat_tables(parts, promote_options="default")
         _spark_frame(self.spark, combined).createOrReplaceTempView(base)
         return self.spark, f"WITH {', '.join(ctes)}\n{plan.spark_sql}"
@@ -338,6 +390,18 @@ class SparkEngine:
     def empty_result(self, plan: OutputPlan) -> pa.Table:
         """The output's schema, from running its SQL over no rows."""
         return self.run(plan, {})
+
+
+def _tagged_view(parts: list[pa.Table], base: str, name: str, t: pa.Table) -> str:
+    """Add ``t``'s rows to ``parts`` (its columns renamed, a tag column added); the WITH query that
+    selects them back from ``base``, the view of all ``parts``, as view ``name``."""
+    i = len(parts)
+    cols = [f"c{i}_{j}" for j in range(t.num_columns)]
+    tag = pa.repeat(pa.scalar(i, pa.int32()), t.num_rows)
+    parts.append(t.rename_columns(cols).append_column(_VIEW_TAG, tag))
+    select = ", ".join(f"{c} AS {_quote(orig)}" for c, orig in zip(cols, t.column_names, strict=True))
+    # Column names are quoted; view names are txjoin's own (OutputPlan.view, all_views).
+    return f"{name} AS (SELECT {select} FROM {base} WHERE {_VIEW_TAG} = {i})"  # noqa: S608
 
 
 def register_udfs(spark: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,6 +41,12 @@ class Recomputer(Protocol):
 
     def recompute(self, output: str, parts: Partitions | None, stats: BatchStats) -> Recomputed:
         """The output's rows for ``parts`` (None: all), through the driver."""
+        ...
+
+    def recompute_together(
+        self, wanted: Mapping[str, Partitions | None], stats: BatchStats
+    ) -> dict[str, Recomputed]:
+        """As :meth:`recompute` for several outputs at once; those left out are for :meth:`recompute`."""
         ...
 
     def distributed(self, output: str) -> bool:
@@ -101,12 +108,14 @@ class Publisher:
         """Commit every affected output (skipping commits a replay finds done), then idle advances."""
         now = time.monotonic()
         self.planned = join.planned
-        for name, parts in applied.affected.items():
-            if self._committed(name, batch_id):
-                continue  # this batch's commit is already there (a replay)
+        # A replay skips the commits already there.
+        todo = {n: p for n, p in applied.affected.items() if not self._committed(n, batch_id)}
+        small = {n: p for n, p in todo.items() if not (p is None and join.distributed(n))}
+        together = join.recompute_together(small, stats) if len(small) > 1 else {}
+        for name, parts in todo.items():
             cut = self._cut(name, applied.cuts)
             try:
-                version = self._commit(name, parts, batch_id, cut, join, stats)
+                version = self._commit(name, parts, batch_id, cut, join, stats, together.pop(name, None))
             except ValueNotRepresentable as e:
                 # Every version must equal PostgreSQL at its cut: no version until the value changes.
                 log.warning("output %s holds at its last version: %s", name, e.message)
@@ -129,7 +138,7 @@ class Publisher:
             cut = self._cut(name, cuts)
             # Files in a directory of their own: batch_id's may hold the table's current files.
             tag = f"-spec-{join.fingerprint(name)}"
-            version = self._commit(name, None, batch_id, cut, join, BatchStats(batch_id), tag)
+            version = self._commit(name, None, batch_id, cut, join, BatchStats(batch_id), tag=tag)
             join.built(name)
             self._published[name] = (cut, time.monotonic())
             log.info("output %s built at the replicas' current cut: version %d", name, version)
@@ -142,6 +151,7 @@ class Publisher:
         cut: dict[str, Cut],
         join: Recomputer,
         stats: BatchStats,
+        recomputed: Recomputed | None = None,
         tag: str = "",
     ) -> int:
         plan = self.planned.plans[name]
@@ -160,7 +170,7 @@ class Publisher:
                 app_id=self.app_id(name),
             )
         else:
-            result = join.recompute(name, parts, stats)
+            result = recomputed if recomputed is not None else join.recompute(name, parts, stats)
             t0 = time.monotonic()
             version = self.delta.replace_partitions(
                 path,
