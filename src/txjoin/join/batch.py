@@ -554,8 +554,8 @@ class JoinStage:
         self, wanted: Mapping[str, Partitions | None], stats: BatchStats
     ) -> dict[str, Recomputed]:
         """Several outputs' small recomputes in one Spark query (:meth:`SparkEngine.run_many`). The
-        outputs left out are for :meth:`recompute`: rows past the engine's limit for one query (a
-        closure fetched for nothing, once), a value Spark cannot hold, a query Spark refuses."""
+        outputs left out are for :meth:`recompute`: rows past the engine's limit for one query (their
+        closures are fetched twice), a value Spark cannot hold, a query Spark refuses."""
         t0 = time.monotonic()
         work: dict[str, tuple[OutputPlan, dict[str, pa.Table]]] = {}
         rows = nbytes = 0
