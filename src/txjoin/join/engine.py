@@ -285,7 +285,7 @@ class SparkEngine:
         every = [t for _, views in work.values() for t in views.values()]
         if not work or not self.small(sum(t.num_rows for t in every), sum(t.nbytes for t in every)):
             return {}
-        base = "txj___together"  # output names are identifiers: no output's view is named so
+        base = "txj___together"  # every output's views end in __<n> or __all: none is named so
         parts: list[pa.Table] = []
         ctes = []
         for _, views in work.values():
