@@ -41,7 +41,7 @@ from txjoin.pg.names import QualifiedName
 from txjoin.session import check_jvm, jvm_exit_code
 from txjoin.sink.delta import DeltaRsStore, DeltaStore
 from txjoin.sink.publish import Publisher
-from txjoin.spec import PipelineSpec, memory
+from txjoin.spec import PipelineSpec, log_retention, memory
 
 __all__ = ["BatchStats", "Pipeline"]
 
@@ -71,9 +71,7 @@ class Pipeline:
         self.join = JoinStage(spec, spark, planned)
         opts = spec.options
         self.memory = memory(opts)  # read once: check() runs every 0.5 s
-        delta = delta or DeltaRsStore(
-            file_bytes=opts.output_file_bytes, compact_after=opts.compact_after_files
-        )
+        delta = delta or DeltaRsStore(opts.output_file_bytes, opts.compact_after_files, log_retention(opts))
         self.sink = Publisher(spec, planned, delta)
         self.query: Any = None
         #: The error the last micro-batch raised, if any.

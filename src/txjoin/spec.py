@@ -23,6 +23,7 @@ the spec loads, with errors that name the setting and the file.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +119,10 @@ class Options:
     output_file_bytes: int = 2 << 20
     #: Compact an output's small files once there are this many.
     compact_after_files: int = 32
+    #: How long an output's Delta log keeps old versions (time travel), e.g. "10 minutes", "6 hours",
+    #: "30 days" (Delta's ``delta.logRetentionDuration``). Every commit to a table on a local disk lists
+    #: its whole log, so each version kept costs every later commit about 50 us (bench/NOTES.md).
+    output_log_retention: str = "10 minutes"
     #: Spark local cores.
     spark_cores: int = 2
     #: Memory of Spark's driver (in local mode: all of Spark), e.g. "3g"; "" derives it from the
@@ -136,6 +141,20 @@ class Options:
     #: Seconds the streaming query may go without finishing a micro-batch while one runs or
     #: changelog data waits; then ``txjoin run`` stops with "no progress" (the watchdog).
     stall_timeout: float = 1800.0
+
+
+_INTERVAL = re.compile(r"(?:interval\s+)?(\d+)\s*(second|minute|hour|day|week)s?", re.IGNORECASE)
+
+
+def log_retention(options: Options, where: str = "[options]") -> str:
+    """``output_log_retention`` in Delta's form ("10 minutes" -> "interval 10 minutes")."""
+    m = _INTERVAL.fullmatch(str(options.output_log_retention).strip())
+    if m is None or int(m.group(1)) == 0:
+        raise ConfigError(
+            f"{where}: output_log_retention={options.output_log_retention!r} is invalid: give a count and "
+            "a unit of seconds, minutes, hours, days or weeks, e.g. '10 minutes'"
+        )
+    return f"interval {int(m.group(1))} {m.group(2).lower()}s"
 
 
 def machine_memory() -> int:
@@ -342,6 +361,7 @@ def build_spec(raw: dict[str, Any], base: Path, origin: str, spec_path: Path | N
         raise ConfigError(
             f"{origin}: on_incomplete={options.on_incomplete!r} is invalid: valid values are 'warn', 'fail'"
         )
+    log_retention(options, f"{origin}: [options]")
     spark = spark_settings(dict(raw.get("spark", {})), f"{origin}: [spark]")
     return PipelineSpec(name, spec_path, state_dir, sources, outputs, options, spark)
 

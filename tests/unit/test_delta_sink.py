@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from decimal import Decimal
 from math import nan
 from pathlib import Path
@@ -420,3 +421,46 @@ def test_files_keep_dictionaries_small_whatever_wrote_them(tmp_path: Path) -> No
     assert got[2] == "b3-a-fairly-long-unique-string-2"
     assert got[3] == "b0-a-fairly-long-unique-string-3"
     assert got[n + 15_000] == f"b2-a-fairly-long-unique-string-{n + 15_000}"
+
+
+def test_the_log_keeps_the_retention_window_not_every_version(tmp_path: Path) -> None:
+    """delta-rs lists the whole log at every commit: an output committing every few seconds for
+    months must not keep Delta's default 30 days of it. Expired entries go at each checkpoint
+    (every 100 commits); the latest version and the window's versions stay readable."""
+    path = tmp_path / "out"
+    store = DeltaRsStore(log_retention="interval 1 seconds")
+    model = {i: f"a{i}" for i in range(5)}
+    _commit(store, path, _table(list(range(5)), "a"), None, 0)
+    for b in range(1, 251):
+        _commit(store, path, _table([b % 5], f"b{b}-"), [[b % 5]], b)
+        model[b % 5] = f"b{b}-{b % 5}"
+        if b % 100 == 99:
+            time.sleep(1.1)  # the next checkpoint finds the entries before it expired
+    logs = [p for p in (path / "_delta_log").iterdir() if p.suffix == ".json"]
+    assert len(logs) <= 60, f"{len(logs)} commits kept in the log after 251 commits"
+    assert _content(store, path) == model
+    kept = store.history(path)
+    assert (kept[-1].version, kept[-1].batch) == (250, 250)
+    assert [v.version for v in kept] == list(range(kept[0].version, 251))
+    assert store.read(path, kept[0].version).num_rows == 5
+
+
+def test_a_table_made_before_takes_the_retention_in_a_commit_that_keeps_its_cut(tmp_path: Path) -> None:
+    """A table written under another retention (an older txjoin: Delta's 30 days) is set to the
+    store's at its first write, by a commit that changes no row and carries the cut and batch of
+    the version before it, so every version still equals the SQL at its cut."""
+    path = tmp_path / "out"
+    _commit(DeltaRsStore(log_retention="interval 30 days"), path, _table([1, 2], "a"), None, 0)
+    store = DeltaRsStore(log_retention="interval 2 hours")
+    _commit(store, path, _table([2], "b"), [[2]], 1)
+    _commit(store, path, _table([3], "c"), [[3]], 2)
+    history = store.history(path)
+    assert [(v.operation, v.batch, v.cut) for v in history] == [
+        ("WRITE", 0, {"s": Cut(0)}),
+        ("SET TBLPROPERTIES", 0, {"s": Cut(0)}),
+        ("WRITE", 1, {"s": Cut(1)}),
+        ("WRITE", 2, {"s": Cut(2)}),
+    ]
+    assert store.read(path, 1).to_pylist() == store.read(path, 0).to_pylist()
+    assert store._current(path).metadata().configuration["delta.logRetentionDuration"] == "interval 2 hours"
+    assert store.committed_batch(path, "test") == 2

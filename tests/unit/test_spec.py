@@ -9,7 +9,7 @@ import pytest
 
 from txjoin.decode import changelog_input
 from txjoin.errors import ConfigError
-from txjoin.spec import Options, build_spec, machine_memory, memory
+from txjoin.spec import Options, build_spec, log_retention, machine_memory, memory
 
 
 def _spec(tmp: Path, source: dict[str, Any], options: dict[str, Any] | None = None) -> Any:
@@ -128,3 +128,25 @@ def test_locations_take_file_uris_and_refuse_other_schemes(tmp_path: Path) -> No
     assert spec.outputs["o"].path == tmp_path / "out"
     with pytest.raises(ConfigError, match=r"state_dir: 's3://b/x': s3:// locations are not supported yet"):
         build_spec(_raw(state_dir="s3://b/x"), tmp_path, "test spec")
+
+
+@pytest.mark.parametrize(
+    ("given", "delta"),
+    [
+        ("10 minutes", "interval 10 minutes"),
+        ("1 hour", "interval 1 hours"),
+        ("interval 30 days", "interval 30 days"),
+        (" 2 Weeks ", "interval 2 weeks"),
+        ("45 second", "interval 45 seconds"),
+    ],
+)
+def test_the_output_log_retention_reaches_delta_in_its_form(tmp_path: Path, given: str, delta: str) -> None:
+    spec = _spec(tmp_path, {}, {"output_log_retention": given})
+    assert log_retention(spec.options) == delta
+    assert log_retention(_spec(tmp_path, {}).options) == "interval 10 minutes"
+
+
+@pytest.mark.parametrize("value", ["", "10", "minutes", "0 minutes", "-1 hours", "1 month", "10 minutes ago"])
+def test_a_bad_output_log_retention_is_refused_with_its_name(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match=r"test spec: \[options\]: output_log_retention=.* is invalid: give a count"):
+        _spec(tmp_path, {}, {"output_log_retention": value})

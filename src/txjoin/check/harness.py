@@ -240,8 +240,10 @@ def run_check(
 ) -> CheckResult:
     """One run of ``workload`` through capture, the pipeline and Delta, checked at every version."""
     # Every batch moves every output to its cut (an idle commit where unchanged): the
-    # versions to check then follow the workload's triggers, not the wall clock.
-    spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, idle_commit_interval=0.0))
+    # versions to check then follow the workload's triggers, not the wall clock. Every version
+    # stays in the Delta log until it is checked.
+    opts = dataclasses.replace(spec.options, idle_commit_interval=0.0, output_log_retention="30 days")
+    spec = dataclasses.replace(spec, options=opts)
     overrides = {"roll_interval": 0.02, "heartbeat_interval": 0.2, **(capture_overrides or {})}
     captures = CaptureThreads(spec, **overrides)
     result = CheckResult()

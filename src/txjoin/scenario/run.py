@@ -353,8 +353,12 @@ def run_scenario(
             for source, var in env.items():
                 os.environ[var] = dsns[source]
             spec = load_spec(scenario.spec_path, state_dir=work / "state")
-            if options:
-                spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, **options))
+            # Every version is checked after the run: none may leave the Delta log before that.
+            keep = {"output_log_retention": "30 days"} if check else {}
+            if options or keep:
+                spec = dataclasses.replace(
+                    spec, options=dataclasses.replace(spec.options, **{**keep, **(options or {})})
+                )
         finally:
             for k, v in saved.items():
                 if v is None:

@@ -61,6 +61,11 @@ __all__ = ["DeltaRsStore", "DeltaStore", "OutputVersion"]
 
 CUT_KEY = "txjoin.cut"
 BATCH_KEY = "txjoin.batch"
+#: The table property that says how long Delta keeps old versions' log entries. delta-rs lists the
+#: whole ``_delta_log`` directory of a local table at every commit (about 50 us a file here), so
+#: under Delta's default of 30 days an output committing every 2 s got about 2 s slower a commit
+#: per day of age (bench/NOTES.md: "Fixed: an output's commit grew with its Delta log").
+LOG_RETENTION = "delta.logRetentionDuration"
 
 
 @dataclass(frozen=True)
@@ -231,9 +236,13 @@ class DeltaRsStore:
     unchanged).
     """
 
-    def __init__(self, file_bytes: int = 2 << 20, compact_after: int = 32) -> None:
+    def __init__(
+        self, file_bytes: int = 2 << 20, compact_after: int = 32, log_retention: str = "interval 10 minutes"
+    ) -> None:
         self.file_bytes = file_bytes
         self.compact_after = compact_after
+        #: ``delta.logRetentionDuration`` of the tables this store writes (Delta's interval form).
+        self.log_retention = log_retention
         # Per thread: delta-rs does not document its table objects as safe to share between threads.
         self._local = threading.local()
 
@@ -270,6 +279,30 @@ class DeltaRsStore:
         table = DeltaTable(key)
         now = int(table.version())
         cache[key] = (table, now, _commit_identity(path, now))
+        return table
+
+    def _configuration(self) -> dict[str, str | None]:
+        """Table properties of every table this store creates."""
+        return {LOG_RETENTION: self.log_retention}
+
+    def _settled(self, path: Path) -> DeltaTable | None:
+        """:meth:`_table`, with this store's log retention: set at a table's first write in this
+        process when it has another (made before it was set, or under another spec), by a commit that
+        changes no row and carries the latest version's cut and batch, as a compaction's does."""
+        from deltalake import CommitProperties
+
+        table = self._table(path)
+        done: set[str] = self._local.__dict__.setdefault("settled", set())
+        if table is None or str(path) in done:
+            return table
+        if table.metadata().configuration.get(LOG_RETENTION) != self.log_retention:
+            last = table.history(1)
+            meta = {k: str(last[0][k]) for k in (CUT_KEY, BATCH_KEY) if last and k in last[0]}
+            table.alter.set_table_properties(
+                {LOG_RETENTION: self.log_retention}, commit_properties=CommitProperties(custom_metadata=meta)
+            )
+            table = self._current(path)
+        done.add(str(path))
         return table
 
     def _current(self, path: Path) -> DeltaTable:
@@ -309,14 +342,14 @@ class DeltaRsStore:
         )
         rows = _sorted(rows, partition_cols or key)
         try:
-            table = self._table(path)
+            table = self._settled(path)
             if partitions is None:
                 # Every partition: one overwrite (also creates the table, or
                 # replaces it when the output's SQL changed its columns).
                 if table is not None:
                     self._write(table, rows, props, mode="overwrite", schema_mode="overwrite")
                 else:
-                    self._write(str(path), rows, props, mode="append")
+                    self._write(str(path), rows, props, mode="append", configuration=self._configuration())
                 return self._version(path)
             if not partitions and not rows.num_rows and table is not None:
                 # Nothing to replace (and no predicate for it): the cut alone.
@@ -330,7 +363,7 @@ class DeltaRsStore:
             except (NoLiteral, TooLong):
                 predicate, terms = None, 0
             if table is None:  # nothing to replace
-                self._write(str(path), rows, props, mode="overwrite")
+                self._write(str(path), rows, props, mode="overwrite", configuration=self._configuration())
             else:
                 files = _add_actions(table)  # read once, for the choice and the rewrite
                 ranged, one = None, partition_cols[0] if len(partition_cols) == 1 else None
@@ -522,7 +555,7 @@ class DeltaRsStore:
             app_transactions=[Transaction(app_id=app_id, version=batch)],
         )
         try:
-            table = self._current(path)
+            table = self._settled(path) or self._current(path)
             table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=props)
             return self._version(path)
         except Exception as e:  # delta-rs raises its own exception types
@@ -565,7 +598,7 @@ class DeltaRsStore:
         ]
         try:
             delta_schema = DeltaSchema.from_arrow(schema)
-            table = self._table(path)
+            table = self._settled(path)
             if table is not None:
                 actions: list[AddAction | RemoveAction] = list(adds)
                 table.create_write_transaction(
@@ -573,8 +606,9 @@ class DeltaRsStore:
                 )
             else:
                 create_table_with_add_actions(
-                    str(path), delta_schema, adds, mode="error", commit_properties=props
-                )
+                    str(path), delta_schema, adds, mode="error", commit_properties=props,
+                    configuration=self._configuration(),
+                )  # fmt: skip
             return self._version(path)
         except Exception as e:  # delta-rs raises its own exception types
             raise SinkError(
