@@ -121,7 +121,7 @@ class Options:
     compact_after_files: int = 32
     #: How long an output's Delta log keeps old versions (time travel), e.g. "10 minutes", "6 hours",
     #: "30 days" (Delta's ``delta.logRetentionDuration``). Every commit to a table on a local disk lists
-    #: its whole log, so each version kept costs every later commit about 50 us (bench/NOTES.md).
+    #: its whole log, so each version kept costs every later commit about 9 us (bench/NOTES.md).
     output_log_retention: str = "10 minutes"
     #: Spark local cores.
     spark_cores: int = 2

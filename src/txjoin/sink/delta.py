@@ -62,8 +62,8 @@ __all__ = ["DeltaRsStore", "DeltaStore", "OutputVersion"]
 CUT_KEY = "txjoin.cut"
 BATCH_KEY = "txjoin.batch"
 #: The table property that says how long Delta keeps old versions' log entries. delta-rs lists the
-#: whole ``_delta_log`` directory of a local table at every commit (about 50 us a file here), so
-#: under Delta's default of 30 days an output committing every 2 s got about 2 s slower a commit
+#: whole ``_delta_log`` directory of a local table at every commit (about 9 us a file here), so
+#: under Delta's default of 30 days an output committing every 2 s got about 0.4 s slower a commit
 #: per day of age (bench/NOTES.md: "Fixed: an output's commit grew with its Delta log").
 LOG_RETENTION = "delta.logRetentionDuration"
 

@@ -80,8 +80,9 @@ def verify_output(
     commit = history[-1] if version is None else next((c for c in history if c.version == version), None)
     if commit is None:
         raise SinkError(
-            f"output {output!r} has no version {version}: "
-            f"versions are {history[0].version}..{history[-1].version}"
+            f"output {output!r} has no version {version}: versions are {history[0].version}.."
+            f"{history[-1].version} (the Delta log keeps output_log_retention = "
+            f"{spec.options.output_log_retention!r} of them; raise it in [options] to keep more)"
         )
     if not commit.cut:
         raise SinkError(f"version {commit.version} of {out.path} has no txjoin cut in its commit metadata")
