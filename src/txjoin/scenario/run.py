@@ -354,11 +354,9 @@ def run_scenario(
                 os.environ[var] = dsns[source]
             spec = load_spec(scenario.spec_path, state_dir=work / "state")
             # Every version is checked after the run: none may leave the Delta log before that.
-            keep = {"output_log_retention": "30 days"} if check else {}
-            if options or keep:
-                spec = dataclasses.replace(
-                    spec, options=dataclasses.replace(spec.options, **{**keep, **(options or {})})
-                )
+            given = {**({"output_log_retention": "30 days"} if check else {}), **(options or {})}
+            if given:
+                spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, **given))
         finally:
             for k, v in saved.items():
                 if v is None:
