@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from txjoin import errors
 from txjoin.changelog import SegmentChangelog, segment_name
+from txjoin.changelog.stream import DRIVER_READ_BYTES, read_stream
 from txjoin.decode import EVENTS_FORMAT, ChangelogInput, ReaderKind, decode, raw_stream, read_events
-from txjoin.errors import ConfigError
+from txjoin.errors import ChangelogError, ConfigError
 
 pytestmark = pytest.mark.spark
 
@@ -158,6 +160,76 @@ def test_a_run_to_the_end_refuses_a_gap_instead_of_stopping_before_it(spark: Any
     q = df.writeStream.format("noop").option("checkpointLocation", str(ck)).trigger(availableNow=True).start()
     with pytest.raises(Exception, match=r"offsets from 2 of topic s\.public\.a are missing"):
         q.awaitTermination()
+
+
+def _who_read(spark: Any, root: Path, ck: Path) -> list[tuple[set[str], int]]:
+    """Drain ``root`` with a decoder that tags each record with the command line of the Python
+    process that read it; per batch with data: (those command lines, records)."""
+
+    def tagged(topic: str, first: int, last: int, path: str, data: bytes, ends: Any, values: Any) -> Any:
+        import os
+
+        import pyarrow as pa
+
+        with open(f"/proc/{os.getpid()}/cmdline", "rb") as f:
+            who = f.read().replace(b"\0", b" ").decode()
+        n = len(values)
+        return pa.RecordBatch.from_arrays(
+            [pa.array([topic] * n), values, pa.array([who] * n)], names=["topic", "value", "who"]
+        )
+
+    schema = "topic string, value string, who string"
+    frame = read_stream(spark, root, ["s"], decoded=("txjoin_test_who", schema, tagged))
+    batches: list[tuple[set[str], int]] = []
+
+    def sink(df: Any, _: int) -> None:
+        got = df.collect()
+        if got:
+            batches.append(({r.who for r in got}, len(got)))
+
+    q = frame.writeStream.foreachBatch(sink).option("checkpointLocation", str(ck))
+    q = q.trigger(availableNow=True).start()
+    q.awaitTermination()
+    assert q.exception() is None, q.exception()
+    return batches
+
+
+def test_a_small_batch_is_read_by_the_driver_and_a_backlog_by_tasks(spark: Any, tmp_path: Path) -> None:
+    # A task's Python worker costs a one-transaction batch about 55 ms (bench/NOTES.md), so the
+    # driver's source process reads small batches itself; a backlog spreads over the executors.
+    root, ck = tmp_path / "changelog", tmp_path / "checkpoint"
+    _append(root, 0, 30, 3)
+    small = _who_read(spark, root, ck)
+    assert sum(n for _, n in small) == 40  # 30 changes, 10 ENDs
+    assert {w.split(" -m ")[-1].strip() for who, _ in small for w in who} == {
+        "pyspark.sql.streaming.python_streaming_source_runner"
+    }
+    with SegmentChangelog(root) as w:  # about 4 MB: past DRIVER_READ_BYTES
+        for _ in range(4):
+            for i in range(3_000):
+                w.append("s.public.a", json.dumps({"i": i, "pad": "x" * 300}).encode())
+            w.flush()
+    large = _who_read(spark, root, ck)
+    assert sum(n for _, n in large) == 12_000
+    assert all("pyspark.daemon" in w for who, _ in large for w in who)
+
+
+def test_a_damaged_segment_is_named_whichever_process_reads_it(spark: Any, tmp_path: Path) -> None:
+    for count, name in [(3, "small"), (20_000, "large")]:
+        root = tmp_path / name / "changelog"
+        topic = root / "s.public.a"
+        topic.mkdir(parents=True)
+        seg = topic / segment_name(0, count)  # one line short; "large" is past DRIVER_READ_BYTES
+        seg.write_text('{"pad": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}\n' * count)
+        assert (seg.stat().st_size > DRIVER_READ_BYTES) == (name == "large")
+        df = raw_stream(spark, ChangelogInput("files", root), ["s"], tmp_path / name / "checkpoint")
+        q = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / name / "ck"))
+        query = q.trigger(availableNow=True).start()
+        with pytest.raises(Exception) as failed:
+            query.awaitTermination()
+        err = errors.from_text(str(failed.value))
+        assert isinstance(err, ChangelogError), (name, str(failed.value)[-2000:])
+        assert f"holds {count} complete lines but its name says {count + 1}" in str(err), name
 
 
 def test_python_workers_import_pyspark_from_site_packages_not_spark_s_zip(spark: Any) -> None:

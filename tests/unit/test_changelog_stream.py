@@ -197,3 +197,14 @@ def test_a_backlog_is_read_a_bounded_number_of_segments_at_a_time(
     assert start == {"s.public.a": 10}
     # Trigger.AvailableNow's target is everything visible, not one batch's worth.
     assert stream.visible_end(tmp_path, ["s"]) == ({"s.public.a": 10}, [])
+
+
+def test_the_driver_reads_one_small_partition_and_leaves_the_rest_to_tasks(tmp_path: Path) -> None:
+    small = [("s.public.a", 0, 9, str(_seg(tmp_path, "s.public.a", 0, 9)))]
+    size = os.stat(small[0][3]).st_size
+    assert stream.read_on_driver([small], limit=size)
+    assert not stream.read_on_driver([small], limit=size - 1)
+    assert not stream.read_on_driver([small, small], limit=10 * size)  # a backlog planned as tasks
+    assert not stream.read_on_driver([], limit=size)  # nothing to read
+    gone = ("s.heartbeat", 0, 0, str(tmp_path / "trimmed"))  # read_segments decides about it
+    assert stream.read_on_driver([[gone, *small]], limit=size)

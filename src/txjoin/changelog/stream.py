@@ -27,6 +27,7 @@ Rules, the same as :class:`~txjoin.changelog.ChangelogReader`'s:
 from __future__ import annotations
 
 import heapq
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +48,7 @@ __all__ = [
     "Part",
     "plan_end",
     "plan_partitions",
+    "read_on_driver",
     "read_segments",
     "read_stream",
     "register",
@@ -67,6 +69,9 @@ GAP_TIMEOUT = 60.0
 MAX_SEGMENTS = 10_000
 #: Bytes of segments below which a micro-batch is read by one task.
 MIN_PARTITION_BYTES = 1 << 20
+#: Bytes of segments up to which the driver reads a micro-batch itself and hands Spark its rows:
+#: no Python worker task for the read stage (about 55 ms of a one-transaction batch).
+DRIVER_READ_BYTES = MIN_PARTITION_BYTES
 
 #: One segment to read: (topic, first, last, path).
 Part = tuple[str, int, int, str]
@@ -289,6 +294,22 @@ def plan_partitions(
     return [b for b in bins if b]
 
 
+def read_on_driver(bins: Sequence[Sequence[Part]], limit: int = DRIVER_READ_BYTES) -> bool:
+    """Whether a micro-batch planned as ``bins`` is small enough for the driver to read: one
+    partition of at most ``limit`` bytes, so a backlog still spreads over the executors."""
+    if len(bins) != 1:
+        return False
+    total = 0
+    for p in bins[0]:
+        try:
+            total += os.stat(p[3]).st_size
+        except FileNotFoundError:
+            continue  # a trimmed heartbeat: read_segments decides
+        if total > limit:
+            return False
+    return True
+
+
 def read_segments(parts: Sequence[Part], decoder: Decoder | None = None) -> Iterator[Any]:
     """One Arrow record batch per segment: (topic, value, seg_first, seg_last, path), or what
     ``decoder`` makes of the segment's records.
@@ -440,9 +461,30 @@ def read_stream(
     return reader.load()
 
 
+def _prefetching_base() -> type:
+    """PySpark's base for a reader whose rows the driver may hand over with the plan.
+
+    Spark's source runner (on the driver) sends a reader's rows along with its one partition
+    when the reader is pyspark's wrapper of simple readers and ``getCache`` gives rows; the JVM
+    then keeps them in its block manager and the read stage runs no Python worker. That class
+    is private, so any PySpark without it gives the plain reader: every batch read by tasks.
+    """
+    from pyspark.sql.datasource import DataSourceStreamReader
+
+    try:
+        from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
+    except ImportError:
+        return DataSourceStreamReader
+    if not issubclass(_SimpleStreamReaderWrapper, DataSourceStreamReader) or not hasattr(
+        _SimpleStreamReaderWrapper, "getCache"
+    ):
+        return DataSourceStreamReader
+    return _SimpleStreamReaderWrapper
+
+
 def _source_class(fmt: str = FORMAT, row_schema: str = SCHEMA, decoder: Decoder | None = None) -> type:
     # PySpark is imported only where a Spark session exists.
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import DataSource, InputPartition
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadMaxBytes,
@@ -450,11 +492,14 @@ def _source_class(fmt: str = FORMAT, row_schema: str = SCHEMA, decoder: Decoder 
         SupportsTriggerAvailableNow,
     )
 
-    class Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    class Reader(_prefetching_base(), SupportsTriggerAvailableNow):  # type: ignore[misc]
         def __init__(self, opts: _Options) -> None:
             self.opts = opts
             self.cap: dict[str, int] | None = None
             self.gaps: dict[tuple[str, int], float] = {}  # first seen (monotonic)
+            self.planned: tuple[str, list[list[Part]]] | None = None  # offsets (JSON), bins
+            # The runner asks a wrapper's simple_reader whether it runs to the end (AvailableNow).
+            self.simple_reader = self
 
         def initialOffset(self) -> dict[str, Any]:
             return {"topics": {}}
@@ -496,7 +541,15 @@ def _source_class(fmt: str = FORMAT, row_schema: str = SCHEMA, decoder: Decoder 
             bins = plan_partitions(
                 self.opts.root, self.opts.sources, start["topics"], end["topics"], self.opts.parallelism
             )
+            self.planned = (json.dumps([start, end]), bins)
             return [InputPartition(b) for b in bins]
+
+        def getCache(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Any] | None:
+            # Called by the runner right after partitions() for the same offsets.
+            if self.planned is None or self.planned[0] != json.dumps([start, end]):
+                return None
+            bins = self.planned[1]
+            return read_segments(bins[0], decoder) if read_on_driver(bins) else None
 
         def read(self, partition: Any) -> Iterator[Any]:
             return read_segments(partition.value, decoder)
