@@ -12,7 +12,9 @@ checkpoint entry is one number per topic.
 Pure planning (:func:`plan_end`, :func:`plan_partitions`) and reading
 (:func:`read_segments`) are plain functions; :class:`ChangelogSource` is the
 thin PySpark Python data source around them (Spark 4's
-``DataSourceStreamReader``), registered as :data:`FORMAT`.
+``DataSourceStreamReader``), registered as :data:`FORMAT`. A micro-batch of
+one small partition (:func:`read_on_driver`) is read by the source's process
+on the driver, which hands Spark the rows with the plan; larger ones by tasks.
 
 Rules, the same as :class:`~txjoin.changelog.ChangelogReader`'s:
 
