@@ -29,7 +29,6 @@ Rules, the same as :class:`~txjoin.changelog.ChangelogReader`'s:
 from __future__ import annotations
 
 import heapq
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -499,7 +498,7 @@ def _source_class(fmt: str = FORMAT, row_schema: str = SCHEMA, decoder: Decoder 
             self.opts = opts
             self.cap: dict[str, int] | None = None
             self.gaps: dict[tuple[str, int], float] = {}  # first seen (monotonic)
-            self.planned: tuple[str, list[list[Part]]] | None = None  # offsets (JSON), bins
+            self.planned: tuple[Any, Any, list[list[Part]]] | None = None  # start, end, bins
             # The runner asks a wrapper's simple_reader whether it runs to the end (AvailableNow).
             self.simple_reader = self
 
@@ -543,14 +542,14 @@ def _source_class(fmt: str = FORMAT, row_schema: str = SCHEMA, decoder: Decoder 
             bins = plan_partitions(
                 self.opts.root, self.opts.sources, start["topics"], end["topics"], self.opts.parallelism
             )
-            self.planned = (json.dumps([start, end]), bins)
+            self.planned = (start, end, bins)
             return [InputPartition(b) for b in bins]
 
         def getCache(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Any] | None:
             # Called by the runner right after partitions() for the same offsets.
-            if self.planned is None or self.planned[0] != json.dumps([start, end]):
+            if self.planned is None or self.planned[:2] != (start, end):
                 return None
-            bins = self.planned[1]
+            bins = self.planned[2]
             return read_segments(bins[0], decoder) if read_on_driver(bins) else None
 
         def read(self, partition: Any) -> Iterator[Any]:
