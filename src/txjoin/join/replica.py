@@ -8,7 +8,7 @@ Parquet directly (the columnar snapshot, the full recompute on Spark). Delta
 remains the published form of the outputs. DuckDB 1.4 reads through an ART
 index for an IN list of constants or an upsert, never for a join, which scans
 the table (200 keys: 5 ms at 100k rows, 23 ms at 1M, 160-220 ms at 10M;
-bench/NOTES.md). So few changes to a large table are upserted
+bench/NOTES.md). So few changes, or few to a large table, are upserted
 (:meth:`ReplicaStore._few`), and few keys are looked up by an IN list
 (:meth:`ReplicaStore._index_keys`).
 
@@ -60,8 +60,9 @@ Partitions: TypeAlias = pa.Table
 FORMAT = 2
 
 
-#: An upsert through the ART index when a table has this many rows per change or more (_few).
-FEW_CHANGES_PER_ROWS = 10
+#: An upsert through the ART index when a table has this many rows per change or more, or a batch
+#: has at most FEW_CHANGES changes for the table (_few).
+FEW_CHANGES_PER_ROWS, FEW_CHANGES = 10, 64
 #: A lookup by an indexed column goes through its ART index for up to 16 values; by primary key, one
 #: more per 5,000 table rows, and at most 2,048 (:meth:`ReplicaStore._index_keys`).
 INDEXED_KEYS, ROWS_PER_INDEXED_KEY, MAX_INDEXED_KEYS = 16, 5000, 2048
@@ -80,8 +81,9 @@ class ReplicaStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tables = {t.name: t for t in tables}
-        #: Table rows per change from which a batch is upserted (:meth:`_few`; 0: always, for tests).
-        self.few_changes_per_rows = FEW_CHANGES_PER_ROWS
+        #: Table rows per change from which a batch is upserted, and changes up to which it always is
+        #: (:meth:`_few`; tests set 0: always, and 0: by size only).
+        self.few_changes_per_rows, self.few_changes = FEW_CHANGES_PER_ROWS, FEW_CHANGES
         #: Values a lookup takes through an index on any table, and table rows per key past them for a
         #: lookup by key (:meth:`_index_keys`; tests set 0: never, and 0: always).
         self.indexed_keys, self.rows_per_indexed_key = INDEXED_KEYS, ROWS_PER_INDEXED_KEY
@@ -245,11 +247,9 @@ class ReplicaStore:
         unregistered: every chunk of a staged transaction (one transaction) would stay."""
         _txjoin_arg = data  # read by DuckDB, by its name
         sql = sql.replace("{arg}", "_txjoin_arg")
-        if rows:
-            rel = self.db.sql(sql, params=list(params) or None)
-            assert rel is not None
-            return rel.to_arrow_table()
-        return self.db.execute(sql, list(params) or None)
+        result = self.db.execute(sql, list(params) or None)
+        # execute() then fetch: 0.87 ms for a lookup of few keys, against 1.33 for sql() (bench/NOTES.md).
+        return result.fetch_arrow_table() if rows else result
 
     def _query(self, sql: str, data: pa.Table | None = None, params: Sequence[Any] = ()) -> pa.Table:
         with self._lock:
@@ -600,8 +600,10 @@ class ReplicaStore:
         joins (UPDATE ... FROM, DELETE ... USING, NOT EXISTS) scan it, an upsert goes through the
         key's index. 200 updates: 53 against 73 ms at 1M rows, 76 against 211 at 10M; 100,000 into 1M
         rows 248 against 455 ms; with a tenth deletes and a tenth moving an indexed column, 0.9-1.3x
-        the joins' time at 1M and 0.78x at 10M (bench/NOTES.md)."""
-        return changes * self.few_changes_per_rows <= self._size(spec)
+        the joins' time at 1M and 0.78x at 10M. Up to 64 changes on a small table, the upsert's one
+        statement took 6-7 ms against 11-14 for the joins' three (the same, 12-15 ms, when every
+        change moves an indexed column; bench/NOTES.md)."""
+        return changes <= self.few_changes or changes * self.few_changes_per_rows <= self._size(spec)
 
     @staticmethod
     def _upsert_sql(spec: TableSpec, names: str, rows: str) -> str:
