@@ -137,8 +137,8 @@ def _store(path: Path, spec: TableSpec, upsert: bool) -> ReplicaStore:
         store.few_changes_per_rows = 0
         store.rows_per_indexed_key = 0
     else:
-        store.few_changes = 0  # on a table this small: joins only
-        store.indexed_keys = 0
+        # On a table this small: joins only, for changes and lookups.
+        store.few_changes, store.indexed_keys = 0, 0
     return store
 
 
