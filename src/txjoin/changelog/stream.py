@@ -276,13 +276,7 @@ def plan_partitions(
             if p[2] >= stop:
                 break
             parts.append(p)
-    sized: list[tuple[int, Part]] = []
-    for p in parts:
-        try:
-            sized.append((os.stat(p[3]).st_size, p))
-        except FileNotFoundError:
-            sized.append((0, p))  # a trimmed heartbeat: read() decides
-    sized.sort(key=lambda x: -x[0])
+    sized = sorted(((_size(p), p) for p in parts), key=lambda x: -x[0])
     # A task costs a Python worker's round trip: small batches (a few transactions) get one.
     total = sum(n for n, _ in sized)
     count = max(1, min(parallelism, len(sized), -(-total // MIN_PARTITION_BYTES)))
@@ -302,13 +296,18 @@ def read_on_driver(bins: Sequence[Sequence[Part]], limit: int = DRIVER_READ_BYTE
         return False
     total = 0
     for p in bins[0]:
-        try:
-            total += os.stat(p[3]).st_size
-        except FileNotFoundError:
-            continue  # a trimmed heartbeat: read_segments decides
+        total += _size(p)
         if total > limit:
             return False
     return True
+
+
+def _size(part: Part) -> int:
+    """A segment's bytes; 0 if it is gone (a trimmed heartbeat: :func:`read_segments` decides)."""
+    try:
+        return os.stat(part[3]).st_size
+    except FileNotFoundError:
+        return 0
 
 
 def read_segments(parts: Sequence[Part], decoder: Decoder | None = None) -> Iterator[Any]:
