@@ -251,3 +251,17 @@ def test_outputs_together_leave_a_failing_query_to_each_output(spark: Any) -> No
         engine.run_views(bad, work["bad"][1])
     small = SparkEngine(spark, {A: TABLE}, combine_rows=3)
     assert small.run_many({"ok": work["ok"], "ok2": (ok, work["ok"][1])}) == {}
+
+
+def test_outputs_whose_names_differ_in_case_each_run_alone(spark: Any, capfd: Any) -> None:
+    """Spark's names are case-insensitive: in one query the views of outputs 'Orders' and 'orders'
+    would clash (DUPLICATED_CTE_NAMES, logged at every batch), so such outputs each run alone."""
+    engine = SparkEngine(spark, {A: TABLE})
+    work = {}
+    for name, ids in (("Orders", [1]), ("orders", [2, 3])):
+        plan = plan_output(name, "select a.id, a.small from a", ("id",), {A: table_info(TABLE)})
+        rows = _rows([{"id": i, "small": str(i)} for i in ids])
+        work[name] = (plan, engine.views(plan, {alias: rows for alias in plan.aliases}))
+    assert engine.run_many(work) == {}
+    assert "DUPLICATED_CTE_NAMES" not in capfd.readouterr().err  # PySpark logs Spark's refusal there
+    assert sorted(r["id"] for r in engine.run_views(*work["orders"]).to_pylist()) == [2, 3]

@@ -277,13 +277,17 @@ class SparkEngine:
         are every output's, NULL in the other branches. Spark's cost per query, not its rows, is most
         of a small recompute: 4 outputs took 379 against 698 ms one by one (bench/NOTES.md).
 
-        {} where the views are not :meth:`small` together, or where Spark refuses the query for its
-        SQL or rows: each output's own :meth:`run_views` then says which one fails."""
+        {} where the views are not :meth:`small` together, where two outputs' names differ only in
+        case (their views would clash), or where Spark refuses the query for its SQL or rows: each
+        output's own :meth:`run_views` then says which one fails."""
         if len(work) == 1:
             ((name, (plan, views)),) = work.items()
             return {name: self.run_views(plan, views)}
         every = [t for _, views in work.values() for t in views.values()]
         if not work or not self.small(sum(t.num_rows for t in every), sum(t.nbytes for t in every)):
+            return {}
+        view_names = [n.lower() for _, views in work.values() for n in views]
+        if len(set(view_names)) < len(view_names):  # outputs 'Orders' and 'orders': Spark ignores case
             return {}
         base = "txj___together"  # every output's views end in __<n> or __all: none is named so
         parts: list[pa.Table] = []
