@@ -14,9 +14,11 @@ model's rows after every batch.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -40,6 +42,12 @@ _TEXT = st.sampled_from(["a", "b", "ab", "o'k", "é", "z", "Z", "a b", "ß", "�
 _FLOAT = st.one_of(
     st.none(), st.sampled_from([0.0, -0.0, 0.5, math.nan, math.inf, -math.inf]), st.floats(-1e6, 1e6)
 )
+_MICROS = st.datetimes(dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 1, 0, 0, 0, 5000))
+_DECIMAL = st.builds(
+    lambda base, d: Decimal(base) + Decimal(d).scaleb(-6),
+    st.sampled_from([0, 123456789012, -(10**20)]),
+    st.integers(-3000, 3000),
+)
 _SMALL = st.one_of(st.none(), st.integers(0, 3))
 _BYTES = st.one_of(st.none(), st.binary(max_size=2))  # no SQL literal: no predicate, no range
 _KINDS: dict[str, tuple[st.SearchStrategy[Key], tuple[pa.DataType, ...]]] = {
@@ -47,6 +55,12 @@ _KINDS: dict[str, tuple[st.SearchStrategy[Key], tuple[pa.DataType, ...]]] = {
     "float": (_FLOAT, (pa.float64(),)),
     "text": (st.one_of(st.none(), st.builds(lambda a, n: f"{a}{n}", _TEXT, st.integers(0, 60))), (pa.string(),)),
     "bytes": (_BYTES, (pa.binary(),)),
+    # Microseconds: delta-rs's statistics keep milliseconds.
+    "timestamp": (st.one_of(st.none(), _MICROS), (pa.timestamp("us"),)),
+    "timestamptz": (st.one_of(st.none(), _MICROS.map(lambda t: t.replace(tzinfo=dt.UTC))), (pa.timestamp("us", "UTC"),)),
+    # Past a double's 15-17 digits: delta-rs's statistics went through one.
+    "numeric": (st.one_of(st.none(), _DECIMAL), (pa.decimal128(38, 6),)),
+    "date": (st.one_of(st.none(), st.dates(dt.date(1999, 12, 25), dt.date(2000, 1, 5))), (pa.date32(),)),
     # Two key columns: the predicate compares each; a range is on one of them.
     "pair": (st.tuples(_SMALL, _FLOAT), (pa.int64(), pa.float64())),
     # Three, of which only the last has SQL literals (an array: compared in Python).
@@ -223,6 +237,22 @@ PINNED: dict[str, tuple[str, dict[Key, str], list[dict[Key, str | None]]]] = {
     "an array in the key": ("triple", {}, [{(None, None, None): "v1", (None, None, 0): "v1"}]),
     # delta-rs refuses an array column in a predicate, even under IS NULL.
     "a NULL array in the key": ("triple", {(None, None, None): "v0"}, [{(None, None, None): "v1"}]),
+    # CAST(... AS TIMESTAMP) is nanoseconds: delta-rs refused to compare it with the column.
+    "a timestamp key": ("timestamp", {None: "v0"}, [{dt.datetime(2024, 1, 1): "v1"}]),
+    # The file's statistics say 00:00:00.000 to 00:00:00.000: the range rewrite skipped it, losing .000002.
+    "timestamps within a millisecond": (
+        "timestamp",
+        {None: "v0", dt.datetime(2024, 1, 1, 0, 0, 0, 2): "v0"},
+        [{dt.datetime(2024, 1, 1, 0, 0, 0, 1): "v1", dt.datetime(2024, 1, 1, 0, 0, 0, 3): "v1"}],
+    ),
+    # A bare 100000000000000000000.000000 is a double to DataFusion: its rows failed delta-rs's check.
+    "a numeric key past a double's digits": ("numeric", {}, [{Decimal(10**20): "v1"}]),
+    # Statistics read through a double (123456789012.000000): delta-rs's overwrite skipped the file.
+    "a numeric key its file's statistics round": (
+        "numeric",
+        {Decimal("123456789012.000001"): "v0"},
+        [{Decimal(1): "v1"}, {Decimal("123456789012.000001"): "v2"}],
+    ),
 }
 
 

@@ -12,6 +12,7 @@ check the Parquet settings its files are written with.
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import threading
 import time
@@ -110,6 +111,64 @@ def test_floats_compare_as_postgresql_does() -> None:
     )
     assert partition_predicate(["a", "b"], [[1, None]]) == ('("a" = 1 AND "b" IS NULL)', 2)
     assert not range_is_cheaper(_files((10, 0, 5)), "id", [[nan], [1.0]], 4_000)  # NaN has no place in a range
+
+
+def test_numerics_and_timestamps_have_literals_of_the_columns_type() -> None:
+    """A bare 123456789012.000001 is a double to DataFusion, and CAST(... AS TIMESTAMP) nanoseconds,
+    which delta-rs's kernel refuses to compare with Delta's microseconds."""
+    d38 = pa.decimal128(38, 6)
+    assert sql_literal(Decimal("123456789012.000001"), d38) == "CAST('123456789012.000001' AS DECIMAL(38,6))"
+    assert sql_literal(Decimal("1E+2"), pa.decimal128(10, 0)) == "CAST('100' AS DECIMAL(10,0))"
+    with pytest.raises(NoLiteral):
+        sql_literal(Decimal("1.5"))  # no type, no literal: the sink rewrites instead
+    naive = dt.datetime(2024, 1, 1, 0, 0, 0, 999999)
+    assert sql_literal(naive) == "arrow_cast('2024-01-01T00:00:00.999999', 'Timestamp(Microsecond, None)')"
+    amsterdam = dt.datetime(2024, 1, 1, 1, 0, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert sql_literal(amsterdam) == (
+        """arrow_cast('2024-01-01T00:00:00+00:00', 'Timestamp(Microsecond, Some("UTC"))')"""
+    )
+    assert partition_predicate(["k"], [[Decimal("1.5")], [None]], [d38]) == (
+        "\"k\" IN (CAST('1.5' AS DECIMAL(38,6))) OR \"k\" IS NULL",
+        2,
+    )
+
+
+def test_statistics_that_delta_rs_rounds_are_widened_or_ignored() -> None:
+    """Timestamps' statistics are milliseconds (a file of .000002 says .000); numerics past 15 digits
+    go through a double (123456789012.000001 says 123456789012.000000)."""
+    at = dt.datetime(2024, 1, 1)
+    files = pa.table({
+        "path": ["a", "b"],
+        "min.t": pa.array([at, at + dt.timedelta(seconds=1)], pa.timestamp("us")),
+        "max.t": pa.array([at, at + dt.timedelta(seconds=1)], pa.timestamp("us")),
+        "min.n": pa.array([Decimal("123456789012.000000"), Decimal(5)], pa.decimal128(38, 6)),
+        "max.n": pa.array([Decimal("123456789012.000000"), Decimal(5)], pa.decimal128(38, 6)),
+        "min.m": pa.array([Decimal("1.5"), Decimal(5)], pa.decimal128(15, 2)),
+        "max.m": pa.array([Decimal("1.5"), Decimal(5)], pa.decimal128(15, 2)),
+    })  # fmt: skip
+    micro = at + dt.timedelta(microseconds=2)
+    assert files_to_read(files, "t", (micro, micro), nulls=False, nan=False) == ["a"]
+    big = Decimal("123456789012.000001")
+    assert files_to_read(files, "n", (big, big), nulls=False, nan=False) == ["a", "b"]
+    assert files_to_read(files, "m", (Decimal(5), Decimal(6)), nulls=False, nan=False) == ["b"]
+
+
+def test_a_table_written_with_a_long_numerics_statistics_stops_using_them(tmp_path: Path) -> None:
+    """A table whose files have statistics of a numeric key past 15 digits (written before the sink
+    left them out): delta-rs's overwrite skipped the file holding the replaced key by them, keeping
+    its old row beside the new one. Once the table's STATS_COLUMNS leave the key out, delta-rs reads
+    no file's statistics of it, old files' included."""
+    from deltalake import DeltaTable, write_deltalake
+
+    path, d38, x = tmp_path / "out", pa.decimal128(38, 6), Decimal("123456789012.123456")
+    write_deltalake(str(path), pa.table({"id": pa.array([x], d38), "v": ["old"]}))
+    write_deltalake(str(path), pa.table({"id": pa.array([Decimal(1)], d38), "v": ["one"]}), mode="append")
+    store = DeltaRsStore()
+    _commit(store, path, pa.table({"id": pa.array([x], d38), "v": ["new"]}), [[x]], 1)
+    assert sorted((r["id"], r["v"]) for r in store.read(path).to_pylist()) == [(Decimal(1), "one"), (x, "new")]
+    files = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+    assert "min.id" not in files.column_names
+    assert "min.v" in files.column_names  # the other columns keep theirs
 
 
 def test_files_to_read_trusts_only_whole_statistics() -> None:

@@ -46,6 +46,7 @@ from txjoin.sink.keys import (
     file_pieces,
     files_to_read,
     in_predicates,
+    lossy_statistics,
     overwrite_predicate,
     partition_predicate,
     range_column,
@@ -66,6 +67,19 @@ BATCH_KEY = "txjoin.batch"
 #: under Delta's default of 30 days an output committing every 2 s got about 0.4 s slower a commit
 #: per day of age (bench/NOTES.md: "Fixed: an output's commit grew with its Delta log").
 LOG_RETENTION = "delta.logRetentionDuration"
+#: The table property naming the columns Delta keeps file statistics of: every column of Delta's
+#: default (the first 32) but those whose statistics delta-rs reads lossily (:func:`lossy_statistics`),
+#: so that neither its overwrite nor a reader skips a file by them (delta-rs then reads none of them,
+#: older files' included). Set only on tables that have such a column.
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+
+
+def _stats_columns(schema: pa.Schema, *, always: bool = False) -> str | None:
+    """:data:`STATS_COLUMNS` for a table of ``schema`` (None: Delta's default will do, unless ``always``)."""
+    if not always and not any(lossy_statistics(f.type) for f in schema):
+        return None
+    kept = [f.name for f in list(schema)[:32] if not lossy_statistics(f.type)]
+    return ",".join("`" + n.replace("`", "``") + "`" for n in kept)
 
 
 @dataclass(frozen=True)
@@ -285,28 +299,37 @@ class DeltaRsStore:
         cache[key] = (table, now, _commit_identity(path, now))
         return table
 
-    def _configuration(self) -> dict[str, str | None]:
-        """Table properties of every table this store creates."""
-        return {LOG_RETENTION: self.log_retention}
+    def _configuration(self, schema: pa.Schema | None = None) -> dict[str, str]:
+        """Table properties of a table of ``schema`` this store writes."""
+        conf = {LOG_RETENTION: self.log_retention}
+        stats = None if schema is None else _stats_columns(schema)
+        if stats is not None:
+            conf[STATS_COLUMNS] = stats
+        return conf
 
-    def _settled(self, path: Path) -> DeltaTable | None:
-        """:meth:`_table`, with this store's log retention: set at a table's first write in this
-        process when it has another (made before it was set, or under another spec), by a commit that
-        changes no row and carries the latest version's cut and batch, as a compaction's does."""
+    def _settled(self, path: Path, schema: pa.Schema | None = None) -> DeltaTable | None:
+        """:meth:`_table`, with this store's properties for ``schema`` (:meth:`_configuration`): set
+        before a table's first write of ``schema`` in this process when it has others (made before they
+        were set, under another spec or another schema), by a commit that changes no row and carries
+        the latest version's cut and batch, as a compaction's does."""
         from deltalake import CommitProperties
 
         table = self._table(path)
-        done: set[str] = self._local.__dict__.setdefault("settled", set())
-        if table is None or str(path) in done:
+        want = self._configuration(schema)
+        done: set[tuple[str, tuple[tuple[str, str], ...]]] = self._local.__dict__.setdefault("settled", set())
+        if table is None or (str(path), tuple(sorted(want.items()))) in done:
             return table
-        if table.metadata().configuration.get(LOG_RETENTION) != self.log_retention:
+        have = table.metadata().configuration
+        if schema is not None and STATS_COLUMNS in have and STATS_COLUMNS not in want:
+            want[STATS_COLUMNS] = _stats_columns(schema, always=True) or ""  # no column left out now
+        changed = {k: v for k, v in want.items() if have.get(k) != v}
+        if changed:
             last = table.history(1)
             meta = {k: str(last[0][k]) for k in (CUT_KEY, BATCH_KEY) if last and k in last[0]}
-            table.alter.set_table_properties(
-                {LOG_RETENTION: self.log_retention}, commit_properties=CommitProperties(custom_metadata=meta)
-            )
+            props = CommitProperties(custom_metadata=meta)
+            table.alter.set_table_properties(changed, commit_properties=props)
             table = self._current(path)
-        done.add(str(path))
+        done.add((str(path), tuple(sorted(self._configuration(schema).items()))))
         return table
 
     def _current(self, path: Path) -> DeltaTable:
@@ -346,14 +369,15 @@ class DeltaRsStore:
         )
         rows = _sorted(rows, partition_cols or key)
         try:
-            table = self._settled(path)
+            table = self._settled(path, rows.schema)
             if partitions is None:
                 # Every partition: one overwrite (also creates the table, or
                 # replaces it when the output's SQL changed its columns).
                 if table is not None:
                     self._write(table, rows, props, mode="overwrite", schema_mode="overwrite")
                 else:
-                    self._write(str(path), rows, props, mode="append", configuration=self._configuration())
+                    conf = self._configuration(rows.schema)
+                    self._write(str(path), rows, props, mode="append", configuration=conf)
                 return self._version(path)
             if not partitions and not rows.num_rows and table is not None:
                 # Nothing to replace (and no predicate for it): the cut alone.
@@ -363,11 +387,13 @@ class DeltaRsStore:
             try:
                 if not all(map(in_predicates, types)):
                     raise NoLiteral
-                predicate, terms = partition_predicate(partition_cols, partitions)
+                predicate, terms = partition_predicate(partition_cols, partitions, types)
             except (NoLiteral, TooLong):
                 predicate, terms = None, 0
             if table is None:  # nothing to replace
-                self._write(str(path), rows, props, mode="overwrite", configuration=self._configuration())
+                self._write(
+                    str(path), rows, props, mode="overwrite", configuration=self._configuration(rows.schema)
+                )
             else:
                 files = _add_actions(table)  # read once, for the choice and the rewrite
                 ranged, one = None, partition_cols[0] if len(partition_cols) == 1 else None
@@ -424,7 +450,7 @@ class DeltaRsStore:
         terms, where = [], None
         if span.bounds is not None:
             lo, hi = span.bounds
-            terms.append(f"({q} >= {sql_literal(lo)} AND {q} <= {sql_literal(hi)})")
+            terms.append(f"({q} >= {sql_literal(lo, typ)} AND {q} <= {sql_literal(hi, typ)})")
             where = (k >= pa.scalar(lo, typ)) & (k <= pa.scalar(hi, typ))
         if span.nan:
             terms.append(equals(q, math.nan))
@@ -602,7 +628,7 @@ class DeltaRsStore:
         ]
         try:
             delta_schema = DeltaSchema.from_arrow(schema)
-            table = self._settled(path)
+            table = self._settled(path, schema)
             if table is not None:
                 actions: list[AddAction | RemoveAction] = list(adds)
                 table.create_write_transaction(
@@ -611,7 +637,7 @@ class DeltaRsStore:
             else:
                 create_table_with_add_actions(
                     str(path), delta_schema, adds, mode="error", commit_properties=props,
-                    configuration=self._configuration(),
+                    configuration=self._configuration(schema),
                 )  # fmt: skip
             return self._version(path)
         except Exception as e:  # delta-rs raises its own exception types

@@ -36,6 +36,7 @@ __all__ = [
     "hashable",
     "in_predicates",
     "is_nan",
+    "lossy_statistics",
     "overwrite_predicate",
     "partition_predicate",
     "range_column",
@@ -50,8 +51,9 @@ class NoLiteral(Exception):
     """A partition value with no SQL literal form (bytes, arrays): rewrite the table instead."""
 
 
-def sql_literal(v: Any) -> str:
-    """A DataFusion SQL literal for a partition value (as Python gives it)."""
+def sql_literal(v: Any, typ: pa.DataType | None = None) -> str:
+    """A DataFusion SQL literal for a partition value (as Python gives it) of a column of type ``typ``
+    (needed for numerics: their precision and scale)."""
     if v is None:
         return "NULL"
     if isinstance(v, bool):
@@ -61,13 +63,17 @@ def sql_literal(v: Any) -> str:
     if isinstance(v, int | float):
         return repr(v)
     if isinstance(v, Decimal):
-        if not v.is_finite():
+        # Of the column's own type: a bare 123456789012.000001 is a double to DataFusion.
+        if not v.is_finite() or typ is None or not pa.types.is_decimal(typ):
             raise NoLiteral(f"numeric {v}")
-        return str(v)
+        return f"CAST('{v:f}' AS DECIMAL({typ.precision},{typ.scale}))"
     if isinstance(v, dt.datetime):
+        # Delta's timestamps are microseconds; CAST(... AS TIMESTAMP) is nanoseconds, which delta-rs's
+        # kernel refuses to compare with them.
         if v.tzinfo is not None:
-            v = v.astimezone(dt.UTC).replace(tzinfo=None)
-        return f"CAST('{v.isoformat()}' AS TIMESTAMP)"
+            utc = v.astimezone(dt.UTC).isoformat()
+            return f"""arrow_cast('{utc}', 'Timestamp(Microsecond, Some("UTC"))')"""
+        return f"arrow_cast('{v.isoformat()}', 'Timestamp(Microsecond, None)')"
     if isinstance(v, dt.date):
         return f"CAST('{v.isoformat()}' AS DATE)"
     if isinstance(v, str):
@@ -75,17 +81,55 @@ def sql_literal(v: Any) -> str:
     raise NoLiteral(type(v).__name__)
 
 
+def lossy_statistics(typ: pa.DataType) -> bool:
+    """Whether delta-rs's file statistics of a column of type ``typ`` may lie about its values: it
+    reads a numeric's through a double, exact to 15 digits (123456789012.123456 read as
+    123456789012.12346, and its file skipped under ``k = 123456789012.123456``; bench/NOTES.md)."""
+    return bool(pa.types.is_decimal(typ) and typ.precision > 15)
+
+
+_MS = dt.timedelta(milliseconds=1)
+
+
+def _widen(values: list[Any], by: dt.timedelta) -> list[Any]:
+    out = []
+    for v in values:
+        try:
+            out.append(None if v is None else v + by)
+        except OverflowError:  # past year 1 or 9999: no bound
+            out.append(None)
+    return out
+
+
+def _bounds(files: pa.Table, col: str) -> tuple[list[Any], list[Any]]:
+    """Per file (delta-rs's add actions), the lowest and highest ``col`` it may hold (None: unknown).
+
+    delta-rs keeps a timestamp's statistics in milliseconds (a file of 00:00:00.999999 says
+    00:00:00.999), so they are widened by one; a numeric's past 15 digits are not used at all.
+    """
+    lows, highs = _stat(files, f"min.{col}"), _stat(files, f"max.{col}")
+    name = f"min.{col}" if f"min.{col}" in files.column_names else f"max.{col}"
+    if name not in files.column_names:
+        return lows, highs
+    typ = files.schema.field(name).type
+    if lossy_statistics(typ):
+        return [None] * files.num_rows, [None] * files.num_rows
+    if pa.types.is_timestamp(typ):
+        return _widen(lows, -_MS), _widen(highs, _MS)
+    return lows, highs
+
+
 def is_nan(v: Any) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
-def equals(col: str, v: Any) -> str:
-    """``col`` equal to the non-NULL ``v`` as PostgreSQL's ``=`` means it."""
+def equals(col: str, v: Any, typ: pa.DataType | None = None) -> str:
+    """``col`` (of type ``typ``) equal to the non-NULL ``v`` as PostgreSQL's ``=`` means it."""
     if is_nan(v):
         return f"isnan({col})"  # DataFusion's NaN = NaN is false
     if isinstance(v, float) and v == 0:
         return f"{col} IN (0.0, -0.0)"  # file statistics tell the zeros apart
-    return f"{col} = {sql_literal(v)}"
+    return f"{col} = {sql_literal(v, typ)}"
 
 
 #: delta-rs parses and plans an overwrite predicate recursively: an IN list of
@@ -139,10 +183,13 @@ def overwrite_predicate(predicate: str, terms: int, values: Sequence[Any]) -> st
 
 
 def partition_predicate(
-    cols: Sequence[str], partitions: Sequence[Sequence[Any]]
+    cols: Sequence[str],
+    partitions: Sequence[Sequence[Any]],
+    types: Sequence[pa.DataType | None] | None = None,
 ) -> tuple[str, int]:
-    """A predicate selecting exactly ``partitions``, and how many comparisons it makes (delta-rs's
-    cost grows with them); raises :class:`TooLong` past the limit."""
+    """A predicate selecting exactly ``partitions`` (values of ``cols``, of ``types``), and how many
+    comparisons it makes (delta-rs's cost grows with them); raises :class:`TooLong` past the limit."""
+    typs = list(types) if types is not None else [None] * len(cols)
     if len(cols) == 1:
         col = quote_ident(cols[0])
         present = [p[0] for p in partitions if p[0] is not None]
@@ -168,7 +215,7 @@ def partition_predicate(
             if count > MAX_PREDICATE_TERMS:
                 raise TooLong
             if listed:
-                terms.append(f"{col} IN ({', '.join(sql_literal(v) for v in listed)})")
+                terms.append(f"{col} IN ({', '.join(sql_literal(v, typs[0]) for v in listed)})")
             if nan:
                 terms.append(equals(col, math.nan))
         if len(present) < len(partitions):
@@ -180,8 +227,8 @@ def partition_predicate(
     ors = []
     for p in partitions:
         ands = " AND ".join(
-            f"{quote_ident(c)} IS NULL" if v is None else equals(quote_ident(c), v)
-            for c, v in zip(cols, p, strict=True)
+            f"{quote_ident(c)} IS NULL" if v is None else equals(quote_ident(c), v, t)
+            for c, v, t in zip(cols, p, typs, strict=True)
         )
         ors.append(f"({ands})")
     n = len(partitions) * len(cols)
@@ -224,7 +271,7 @@ def range_is_cheaper(files: pa.Table, col: str, partitions: Sequence[Sequence[An
     if not present or files.num_rows == 0:
         return False
     sizes = [n or 0 for n in files.column("size_bytes").to_pylist()]
-    lows, highs = _stat(files, f"min.{col}"), _stat(files, f"max.{col}")
+    lows, highs = _bounds(files, col)
     lo, hi = present[0], present[-1]
     spanned = reached = 0
     for n, a, b in zip(sizes, lows, highs, strict=True):
@@ -255,7 +302,7 @@ def files_to_read(
     paths: list[str] = files.column("path").to_pylist()
     if nan:  # NaN sorts nowhere: read every file rather than trust the statistics
         return paths
-    lows, highs = _stat(files, f"min.{col}"), _stat(files, f"max.{col}")
+    lows, highs = _bounds(files, col)
     counts = _stat(files, f"null_count.{col}")
     chosen = []
     for p, a, b, n in zip(paths, lows, highs, counts, strict=True):
@@ -295,7 +342,7 @@ def range_pieces(files: pa.Table, col: str, lo: Any, hi: Any, budget: int) -> li
     """
     paths: list[str] = files.column("path").to_pylist()
     sizes = [n or 0 for n in files.column("size_bytes").to_pylist()]
-    lows, highs = _stat(files, f"min.{col}"), _stat(files, f"max.{col}")
+    lows, highs = _bounds(files, col)
     blind = [p for p, a, b in zip(paths, lows, highs, strict=True) if a is None or b is None]
     try:
         ranged = sorted(
@@ -341,9 +388,9 @@ class Span:
     nulls: bool
 
 
-def span(values: Sequence[Any]) -> Span:
-    """The span of one key column's ``values``; raises :class:`NoLiteral` when its bounds have no SQL
-    literal (bytes, arrays, a numeric NaN) or do not compare (mixed types)."""
+def span(values: Sequence[Any], typ: pa.DataType | None = None) -> Span:
+    """The span of one key column's ``values`` (of type ``typ``); raises :class:`NoLiteral` when its
+    bounds have no SQL literal (bytes, arrays, a numeric NaN) or do not compare (mixed types)."""
     keys = [v for v in values if v is not None]
     present = [v for v in keys if not is_nan(v)]
     bounds = None
@@ -357,7 +404,7 @@ def span(values: Sequence[Any]) -> Span:
         if isinstance(hi, float) and hi == 0:
             hi = 0.0
         for v in (lo, hi):
-            sql_literal(v)  # raises NoLiteral
+            sql_literal(v, typ)  # raises NoLiteral
         bounds = (lo, hi)
     return Span(bounds, len(present) < len(keys), len(keys) < len(values))
 
@@ -382,7 +429,7 @@ def range_column(
         if not in_predicates(typ):
             continue
         try:
-            s = span([p[i] for p in partitions])
+            s = span([p[i] for p in partitions], typ)
         except NoLiteral:
             continue
         cost = sum(sizes[f] or 0 for f in files_to_read(files, col, s.bounds, s.nulls, s.nan))
