@@ -5,11 +5,12 @@ them, or by rewriting the key range they span in one key column (reading back
 the range's other rows, in pieces when the range is large), or, when no key
 column has SQL literals (bytes, arrays), by rewriting the whole table a piece
 at a time; the sink picks from the files' statistics. For generated tables
-(integer, floating-point -- with NaN, infinities and both zeros --, text or
-bytes keys, keys of two and three columns, one an array, NULL keys, many small
-files) and sequences of batches (edits, deletes, new keys inside and outside
-the table's range), each way, and the sink's own choice, leaves exactly the
-model's rows after every batch.
+(integer, boolean, floating-point -- double and real, with NaN, infinities and
+both zeros --, text, bytes, date, timestamp with and without time zone to the
+microsecond, and numeric past a double's 15 digits keys, keys of two and three
+columns, one an array, NULL keys, many small files) and sequences of batches
+(edits, deletes, new keys inside and outside the table's range), each way, and
+the sink's own choice, leaves exactly the model's rows after every batch.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ _KINDS: dict[str, tuple[st.SearchStrategy[Key], tuple[pa.DataType, ...]]] = {
     "timestamptz": (st.one_of(st.none(), _MICROS.map(lambda t: t.replace(tzinfo=dt.UTC))), (pa.timestamp("us", "UTC"),)),
     # Past a double's 15-17 digits: delta-rs's statistics went through one.
     "numeric": (st.one_of(st.none(), _DECIMAL), (pa.decimal128(38, 6),)),
+    "real": (
+        st.one_of(st.none(), st.floats(-1e3, 1e3, width=32), st.sampled_from([0.5, -0.0, math.nan, math.inf])),
+        (pa.float32(),),
+    ),
+    "bool": (st.one_of(st.none(), st.booleans()), (pa.bool_(),)),
+    "smallint": (st.one_of(st.none(), st.integers(-5, 5)), (pa.int16(),)),
     "date": (st.one_of(st.none(), st.dates(dt.date(1999, 12, 25), dt.date(2000, 1, 5))), (pa.date32(),)),
     # Two key columns: the predicate compares each; a range is on one of them.
     "pair": (st.tuples(_SMALL, _FLOAT), (pa.int64(), pa.float64())),
