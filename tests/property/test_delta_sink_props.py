@@ -38,7 +38,7 @@ from txjoin.sink.delta import DeltaRsStore
 
 Key = Any  # a value, or a tuple of one value per key column
 
-_TEXT = st.sampled_from(["a", "b", "ab", "o'k", "é", "z", "Z", "a b", "ß", "日本"])
+_TEXT = st.sampled_from(["a", "b", "ab", "o'k", "é", "z", "Z", "a b", "ß", "日本", "a\\b", "\\", "l\nf", "t\tb", "😀", "e\u0301", "%_", "\"q\""])
 # -0.0 and 0.0 are one key to PostgreSQL, and so are two NaNs; NaN sorts above infinity.
 _FLOAT = st.one_of(
     st.none(), st.sampled_from([0.0, -0.0, 0.5, math.nan, math.inf, -math.inf]), st.floats(-1e6, 1e6)
