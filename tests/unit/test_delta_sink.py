@@ -171,6 +171,22 @@ def test_a_table_written_with_a_long_numerics_statistics_stops_using_them(tmp_pa
     assert "min.v" in files.column_names  # the other columns keep theirs
 
 
+def test_a_stats_columns_list_is_changed_only_when_it_keeps_a_lossy_column() -> None:
+    """Each change of the table's properties is a version of its own: one is made only where delta-rs
+    would otherwise keep statistics of a numeric past 15 digits."""
+    from txjoin.sink.delta import _keeps_lossy, _stats_columns
+
+    schema = pa.schema([("a`b", pa.decimal128(38, 6)), ("v", pa.string()), ("m", pa.decimal128(12, 2))])
+    assert _stats_columns(schema) == "`v`,`m`"
+    assert _stats_columns(pa.schema([("v", pa.string())])) is None
+    assert _keeps_lossy(schema, None)  # Delta's default: the first 32 columns
+    assert not _keeps_lossy(schema, "`v`,`m`")
+    assert not _keeps_lossy(schema, "`v`")  # another schema's list: no lossy column in it
+    assert _keeps_lossy(schema, "`a``b`,`v`")
+    assert _keeps_lossy(pa.schema([("k", pa.decimal128(38, 6))]), "k,v")  # written unquoted by another tool
+    assert not _keeps_lossy(pa.schema([("v", pa.string())]), None)
+
+
 def test_files_to_read_trusts_only_whole_statistics() -> None:
     files = pa.table({
         "path": ["a", "b", "c", "d", "e"],

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,12 +75,23 @@ LOG_RETENTION = "delta.logRetentionDuration"
 STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 
 
-def _stats_columns(schema: pa.Schema, *, always: bool = False) -> str | None:
-    """:data:`STATS_COLUMNS` for a table of ``schema`` (None: Delta's default will do, unless ``always``)."""
-    if not always and not any(lossy_statistics(f.type) for f in schema):
+def _stats_columns(schema: pa.Schema) -> str | None:
+    """:data:`STATS_COLUMNS` for a table of ``schema`` (None: Delta's default will do)."""
+    if not any(lossy_statistics(f.type) for f in schema):
         return None
     kept = [f.name for f in list(schema)[:32] if not lossy_statistics(f.type)]
     return ",".join("`" + n.replace("`", "``") + "`" for n in kept)
+
+
+def _keeps_lossy(schema: pa.Schema, listed: str | None) -> bool:
+    """Whether a table of ``schema`` whose :data:`STATS_COLUMNS` is ``listed`` (None: Delta's default,
+    the first 32 columns) keeps statistics of a column :func:`lossy_statistics` says to leave out."""
+    lossy = {f.name for f in list(schema)[:32] if lossy_statistics(f.type)}
+    if not lossy or listed is None:
+        return bool(lossy)
+    quoted = re.findall(r"`((?:[^`]|``)*)`", listed)
+    names = {n.replace("``", "`") for n in quoted} if quoted else {n.strip() for n in listed.split(",")}
+    return bool(lossy & names)
 
 
 @dataclass(frozen=True)
@@ -310,26 +322,29 @@ class DeltaRsStore:
     def _settled(self, path: Path, schema: pa.Schema | None = None) -> DeltaTable | None:
         """:meth:`_table`, with this store's properties for ``schema`` (:meth:`_configuration`): set
         before a table's first write of ``schema`` in this process when it has others (made before they
-        were set, under another spec or another schema), by a commit that changes no row and carries
-        the latest version's cut and batch, as a compaction's does."""
+        were set, or under another spec), by a commit that changes no row and carries the latest
+        version's cut and batch, as a compaction's does. :data:`STATS_COLUMNS` is set only where the
+        table would keep statistics of a column whose statistics are lossy (another schema's list
+        that names no such column stays)."""
         from deltalake import CommitProperties
 
         table = self._table(path)
         want = self._configuration(schema)
+        seen = (str(path), tuple(sorted(want.items())))
         done: set[tuple[str, tuple[tuple[str, str], ...]]] = self._local.__dict__.setdefault("settled", set())
-        if table is None or (str(path), tuple(sorted(want.items()))) in done:
+        if table is None or seen in done:
             return table
         have = table.metadata().configuration
-        if schema is not None and STATS_COLUMNS in have and STATS_COLUMNS not in want:
-            want[STATS_COLUMNS] = _stats_columns(schema, always=True) or ""  # no column left out now
-        changed = {k: v for k, v in want.items() if have.get(k) != v}
+        changed = {k: v for k, v in want.items() if k != STATS_COLUMNS and have.get(k) != v}
+        if schema is not None and _keeps_lossy(schema, have.get(STATS_COLUMNS)):
+            changed[STATS_COLUMNS] = want[STATS_COLUMNS]  # only then: each change is a version
         if changed:
             last = table.history(1)
             meta = {k: str(last[0][k]) for k in (CUT_KEY, BATCH_KEY) if last and k in last[0]}
             props = CommitProperties(custom_metadata=meta)
             table.alter.set_table_properties(changed, commit_properties=props)
             table = self._current(path)
-        done.add((str(path), tuple(sorted(self._configuration(schema).items()))))
+        done.add(seen)
         return table
 
     def _current(self, path: Path) -> DeltaTable:
