@@ -64,8 +64,8 @@ def sql_literal(v: Any, typ: pa.DataType | None = None) -> str:
         return repr(v)
     if isinstance(v, Decimal):
         # Of the column's own type: a bare 123456789012.000001 is a double to DataFusion.
-        if not v.is_finite() or typ is None or not pa.types.is_decimal(typ):
-            raise NoLiteral(f"numeric {v}")
+        if not v.is_finite() or typ is None or not pa.types.is_decimal(typ) or round(v, typ.scale) != v:
+            raise NoLiteral(f"numeric {v}")  # a CAST would round it to another key
         return f"CAST('{v:f}' AS DECIMAL({typ.precision},{typ.scale}))"
     if isinstance(v, dt.datetime):
         # Delta's timestamps are microseconds; CAST(... AS TIMESTAMP) is nanoseconds, which delta-rs's
@@ -84,7 +84,8 @@ def sql_literal(v: Any, typ: pa.DataType | None = None) -> str:
 def lossy_statistics(typ: pa.DataType) -> bool:
     """Whether delta-rs's file statistics of a column of type ``typ`` may lie about its values: it
     reads a numeric's through a double, exact to 15 digits (123456789012.123456 read as
-    123456789012.12346, and its file skipped under ``k = 123456789012.123456``; bench/NOTES.md)."""
+    123456789012.12346, and its file skipped under ``k = 123456789012.123456``; bench/NOTES.md,
+    "Fixed: outputs keyed by timestamps and long numerics")."""
     return bool(pa.types.is_decimal(typ) and typ.precision > 15)
 
 
