@@ -24,11 +24,14 @@ from txjoin.spec import build_spec
 pytestmark = [pytest.mark.postgres, pytest.mark.spark]
 
 SCHEMA = """
-CREATE TABLE events (id int PRIMARY KEY, at timestamp, at_tz timestamptz, amount numeric(24, 6), day date);
+CREATE TABLE events (id int PRIMARY KEY, at timestamp, at_tz timestamptz, amount numeric(24, 6), day date,
+  raw numeric(38, 18));
 INSERT INTO events VALUES
-  (1, '2024-01-01 10:00:00.123456', '2024-01-01 10:00:00.999999+00', 123456789012.123456, '2024-01-01'),
-  (2, '2024-01-01 11:30:00', '2024-01-02 00:00:00.000001+00', 123456789012.123457, '2024-01-02'),
-  (3, '2024-01-02 00:00:00.000001', '1969-12-31 23:59:59.9995+00', 12345678901234567.000001, '1999-12-31');
+  (1, '2024-01-01 10:00:00.123456', '2024-01-01 10:00:00.999999+00', 123456789012.123456, '2024-01-01',
+   12345678901.000000000000000001),
+  (2, '2024-01-01 11:30:00', '2024-01-02 00:00:00.000001+00', 123456789012.123457, '2024-01-02', 1.5),
+  (3, '2024-01-02 00:00:00.000001', '1969-12-31 23:59:59.9995+00', 12345678901234567.000001, '1999-12-31',
+   12345678901.000000000000000002);
 """
 
 OUTPUTS = {
@@ -36,8 +39,9 @@ OUTPUTS = {
     "by_at_tz": "SELECT at_tz, count(*) AS n FROM events GROUP BY at_tz",
     "by_amount": "SELECT amount, count(*) AS n, max(id) AS last FROM events GROUP BY amount",
     "by_date": "SELECT day, count(*) AS n FROM events GROUP BY day",
+    "by_raw": "SELECT raw, count(*) AS n FROM events GROUP BY raw",
 }
-KEYS = {"by_at": ["at"], "by_at_tz": ["at_tz"], "by_amount": ["amount"], "by_date": ["day"]}
+KEYS = {"by_at": ["at"], "by_at_tz": ["at_tz"], "by_amount": ["amount"], "by_date": ["day"], "by_raw": ["raw"]}
 
 
 def _canonical(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -78,10 +82,12 @@ def test_outputs_keyed_by_time_and_numerics(spark: Any, pg_db: str, tmp_path: Pa
             check("snapshot")
             xids = {
                 commit(pg_db, "INSERT INTO events VALUES (4, '2024-01-01 10:00:00.123456', "
-                       "'2024-01-01 10:00:00.999999+00', 123456789012.123456, '2024-01-01')"),
+                       "'2024-01-01 10:00:00.999999+00', 123456789012.123456, '2024-01-01', "
+                       "12345678901.000000000000000001)"),
                 commit(pg_db, "UPDATE events SET at = '2024-01-02 00:00:00.000002', amount = 123456789012.123457 "
                        "WHERE id = 1"),
                 commit(pg_db, "DELETE FROM events WHERE id = 3"),
+                commit(pg_db, "UPDATE events SET raw = 12345678901.000000000000000003 WHERE id = 2"),
                 commit(pg_db, "UPDATE events SET at_tz = '2024-01-02 00:00:00.000001+00' WHERE id = 4"),
             }
             wait_for_xids(spec.changelog, "s", xids, ct)

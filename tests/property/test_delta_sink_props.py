@@ -61,6 +61,8 @@ _KINDS: dict[str, tuple[st.SearchStrategy[Key], tuple[pa.DataType, ...]]] = {
     "timestamptz": (st.one_of(st.none(), _MICROS.map(lambda t: t.replace(tzinfo=dt.UTC))), (pa.timestamp("us", "UTC"),)),
     # Past a double's 15-17 digits: delta-rs's statistics went through one.
     "numeric": (st.one_of(st.none(), _DECIMAL), (pa.decimal128(38, 6),)),
+    # An unconstrained numeric's scale: past Python's 28-digit decimal context.
+    "numeric18": (st.one_of(st.none(), _DECIMAL.map(lambda d: d.scaleb(-12))), (pa.decimal128(38, 18),)),
     "real": (
         st.one_of(st.none(), st.floats(-1e3, 1e3, width=32), st.sampled_from([0.5, -0.0, math.nan, math.inf])),
         (pa.float32(),),
@@ -255,6 +257,8 @@ PINNED: dict[str, tuple[str, dict[Key, str], list[dict[Key, str | None]]]] = {
     # A bare 100000000000000000000.000000 is a double to DataFusion: its rows failed delta-rs's check.
     "a numeric key past a double's digits": ("numeric", {}, [{Decimal(10**20): "v1"}]),
     # Statistics read through a double (123456789012.000000): delta-rs's overwrite skipped the file.
+    # 29 digits: checking that the column's scale holds it raised InvalidOperation in a 28-digit context.
+    "a numeric key of 29 digits": ("numeric18", {}, [{Decimal("12345678901.000000000000000001"): "v1"}]),
     "a numeric key its file's statistics round": (
         "numeric",
         {Decimal("123456789012.000001"): "v0"},

@@ -187,6 +187,10 @@ def test_a_stats_columns_list_is_changed_only_when_it_keeps_a_lossy_column() -> 
     assert not _keeps_lossy(schema, "`v`")  # another schema's list: no lossy column in it
     assert _keeps_lossy(schema, "`a``b`,`v`")
     assert _keeps_lossy(pa.schema([("k", pa.decimal128(38, 6))]), "k,v")  # written unquoted by another tool
+    assert _keeps_lossy(pa.schema([("k", pa.decimal128(38, 6))]), "`v`, k")  # quoted in part
+    wide = pa.schema([*(pa.field(f"f{i}", pa.int64()) for i in range(40)), pa.field("m", pa.decimal128(30, 6))])
+    assert not _keeps_lossy(wide, None)  # Delta's default: m, the 41st, has no statistics
+    assert _keeps_lossy(wide, "`f0`,`m`")  # a list names it: it has
     assert not _keeps_lossy(pa.schema([("v", pa.string())]), None)
 
 

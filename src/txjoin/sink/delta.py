@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -86,12 +85,30 @@ def _stats_columns(schema: pa.Schema) -> str | None:
 def _keeps_lossy(schema: pa.Schema, listed: str | None) -> bool:
     """Whether a table of ``schema`` whose :data:`STATS_COLUMNS` is ``listed`` (None: Delta's default,
     the first 32 columns) keeps statistics of a column :func:`lossy_statistics` says to leave out."""
-    lossy = {f.name for f in list(schema)[:32] if lossy_statistics(f.type)}
-    if not lossy or listed is None:
-        return bool(lossy)
-    quoted = re.findall(r"`((?:[^`]|``)*)`", listed)
-    names = {n.replace("``", "`") for n in quoted} if quoted else {n.strip() for n in listed.split(",")}
-    return bool(lossy & names)
+    if listed is None:
+        return any(lossy_statistics(f.type) for f in list(schema)[:32])
+    names = set(_listed_names(listed))
+    return any(lossy_statistics(f.type) and f.name in names for f in schema)
+
+
+def _listed_names(listed: str) -> list[str]:
+    """The column names of a :data:`STATS_COLUMNS` value: comma-separated, each quoted in backticks
+    (doubled inside) or not."""
+    names, name, quoted, i = [], "", False, 0
+    while i < len(listed):
+        c = listed[i]
+        if quoted and c == "`" and listed[i + 1 : i + 2] == "`":
+            name, i = name + "`", i + 2
+            continue
+        if c == "`":
+            quoted = not quoted
+        elif c == "," and not quoted:
+            names.append(name.strip())
+            name = ""
+        else:
+            name += c
+        i += 1
+    return [*names, name.strip()]
 
 
 @dataclass(frozen=True)

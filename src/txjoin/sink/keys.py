@@ -12,7 +12,7 @@ import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
 import pyarrow as pa
@@ -64,7 +64,7 @@ def sql_literal(v: Any, typ: pa.DataType | None = None) -> str:
         return repr(v)
     if isinstance(v, Decimal):
         # Of the column's own type: a bare 123456789012.000001 is a double to DataFusion.
-        if not v.is_finite() or typ is None or not pa.types.is_decimal(typ) or round(v, typ.scale) != v:
+        if not v.is_finite() or typ is None or not pa.types.is_decimal(typ) or not _fits(v, typ.scale):
             raise NoLiteral(f"numeric {v}")  # a CAST would round it to another key
         return f"CAST('{v:f}' AS DECIMAL({typ.precision},{typ.scale}))"
     if isinstance(v, dt.datetime):
@@ -79,6 +79,12 @@ def sql_literal(v: Any, typ: pa.DataType | None = None) -> str:
     if isinstance(v, str):
         return "'" + v.replace("'", "''") + "'"
     raise NoLiteral(type(v).__name__)
+
+
+def _fits(v: Decimal, scale: int) -> bool:
+    """Whether ``v`` has no digit past ``scale`` (exactly: not in Python's 28-digit context)."""
+    with localcontext(prec=100):
+        return round(v, scale) == v
 
 
 def lossy_statistics(typ: pa.DataType) -> bool:
