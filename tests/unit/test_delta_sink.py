@@ -123,6 +123,8 @@ def test_numerics_and_timestamps_have_literals_of_the_columns_type() -> None:
         sql_literal(Decimal("1.5"))  # no type, no literal: the sink rewrites instead
     with pytest.raises(NoLiteral):
         sql_literal(Decimal("1.0000005"), d38)  # CAST would round it to 1.000001
+    with pytest.raises(NoLiteral):
+        sql_literal(Decimal("1E+200"), d38)
     assert sql_literal(Decimal("1.50000000"), d38) == "CAST('1.50000000' AS DECIMAL(38,6))"
     naive = dt.datetime(2024, 1, 1, 0, 0, 0, 999999)
     assert sql_literal(naive) == "arrow_cast('2024-01-01T00:00:00.999999', 'Timestamp(Microsecond, None)')"

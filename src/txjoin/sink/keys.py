@@ -12,7 +12,7 @@ import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal, localcontext
+from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
 import pyarrow as pa
@@ -84,7 +84,10 @@ def sql_literal(v: Any, typ: pa.DataType | None = None) -> str:
 def _fits(v: Decimal, scale: int) -> bool:
     """Whether ``v`` has no digit past ``scale`` (exactly: not in Python's 28-digit context)."""
     with localcontext(prec=100):
-        return round(v, scale) == v
+        try:
+            return round(v, scale) == v
+        except InvalidOperation:  # more than 100 digits: no column holds it
+            return False
 
 
 def lossy_statistics(typ: pa.DataType) -> bool:
