@@ -18,7 +18,9 @@ TEST_WORKERS ?= 2
 # (C2 made a full recompute of 1M rows 2.3x faster, bench/NOTES.md); make test-thorough too.
 # TEST_JAVA_OPTIONS= runs the suite with the JVM's defaults (txjoin scenario run and txjoin check,
 # which the suite also starts, compile with C1 only by themselves: txjoin/session.py).
-TEST_JAVA_OPTIONS ?= -XX:TieredStopAtLevel=1
+# C1 alone gets a 48 MB code cache, which the suite's sessions filled (one JVM died of it); 240m
+# is the default with both tiers (txjoin.session.SHORT_LIVED_JIT).
+TEST_JAVA_OPTIONS ?= -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 .PHONY: all setup system venv archive checks lint typecheck test test-unit test-thorough demo bench clean

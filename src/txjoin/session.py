@@ -66,7 +66,10 @@ def _java_ok() -> str:
 #: cores such a run waits on (``txjoin scenario run pizzeria``, alternating: p50 3.60 and 4.27 s
 #: against 6.32 and 6.80 s). Pipelines keep both tiers: C2 decodes JSON twice as fast once warm
 #: (bench/NOTES.md). ``TXJOIN_SPARK_JAVA_OPTIONS`` comes after it, so it can set another level.
-SHORT_LIVED_JIT = "-XX:TieredStopAtLevel=1"
+#: C1 alone gets a 48 MB code cache, not 240: Spark's generated classes filled it in the suite's
+#: sessions ("CodeCache is full. Compiler has been disabled"), and once the JVM died of it ("Out of
+#: space in CodeCache for method handle intrinsic"). Reserved, not committed: used as compiled.
+SHORT_LIVED_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def launch_java_options(java: str, *, short_lived: bool = False) -> str:

@@ -115,12 +115,12 @@ def test_java_options_the_jvm_refuses_are_named_before_spark_starts(monkeypatch:
     assert _extra_java_options(_java_ok()) == ""
 
 
-def _tiered_stop_level(java: str, options: str) -> int:
-    """TieredStopAtLevel as the JVM takes it from ``options`` (the last occurrence wins)."""
+def _flag(java: str, options: str, name: str = "TieredStopAtLevel") -> int:
+    """A JVM flag as the JVM takes it from ``options`` (the last occurrence wins)."""
     out = subprocess.run(
         [java, *options.split(), "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True
     ).stdout
-    line = next(x for x in out.splitlines() if " TieredStopAtLevel " in x)
+    line = next(x for x in out.splitlines() if f" {name} " in x)
     return int(line.split("=")[1].split()[0])
 
 
@@ -129,11 +129,13 @@ def test_a_short_lived_session_compiles_with_c1_only_unless_the_variable_says_ot
 ) -> None:
     java = _java_ok()
     monkeypatch.setenv("TXJOIN_SPARK_JAVA_OPTIONS", "")
-    assert _tiered_stop_level(java, launch_java_options(java)) == 4  # a pipeline: both tiers
-    assert _tiered_stop_level(java, launch_java_options(java, short_lived=True)) == 1
+    assert _flag(java, launch_java_options(java)) == 4  # a pipeline: both tiers
+    assert _flag(java, launch_java_options(java, short_lived=True)) == 1
+    # C1 alone would get a 48 MB code cache, which the suite's sessions filled (one JVM died of it).
+    assert _flag(java, launch_java_options(java, short_lived=True), "ReservedCodeCacheSize") == 240 << 20
     monkeypatch.setenv("TXJOIN_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=4 -XX:+UseParallelGC")
     short = launch_java_options(java, short_lived=True)
-    assert _tiered_stop_level(java, short) == 4, short  # the user's options come last and win
+    assert _flag(java, short) == 4, short  # the user's options come last and win
     assert short.endswith(" -XX:+UseParallelGC")
 
 
