@@ -10,6 +10,7 @@ the snapshot and after streamed changes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -55,22 +56,30 @@ def _canonical(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return sorted((tuple(value(v) for v in r.values()) for r in rows), key=repr)
 
 
-def test_outputs_keyed_by_time_and_numerics(spark: Any, pg_db: str, tmp_path: Path) -> None:
-    execute(pg_db, SCHEMA)
+def _run(
+    spark: Any,
+    pg_db: str,
+    tmp_path: Path,
+    tables: list[str],
+    outputs: dict[str, tuple[list[str], str]],
+    changes: Sequence[tuple[str, ...]],
+) -> None:
+    """A pipeline over ``tables`` whose ``outputs`` (name -> key and SQL) equal the SQL on PostgreSQL
+    after the snapshot and after ``changes`` (one transaction's statements each)."""
     spec = build_spec(
         {
-            "name": "time_keys",
+            "name": "odd_keys",
             "state_dir": str(tmp_path / "state"),
-            "sources": {"s": {"dsn": pg_db, "tables": ["public.events"]}},
-            "outputs": {name: {"key": KEYS[name], "sql": sql} for name, sql in OUTPUTS.items()},
+            "sources": {"s": {"dsn": pg_db, "tables": tables}},
+            "outputs": {name: {"key": key, "sql": sql} for name, (key, sql) in outputs.items()},
         },
         tmp_path,
-        "time keys spec",
+        "odd keys spec",
     )
     config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
 
     def check(label: str) -> None:
-        for name, sql in OUTPUTS.items():
+        for name, (_, sql) in outputs.items():
             got = _canonical(DeltaRsStore().read(spec.outputs[name].path).to_pylist())
             expected = _canonical(query(pg_db, sql))
             assert got == expected, f"{name} {label}:\n{got}\n{expected}"
@@ -80,21 +89,28 @@ def test_outputs_keyed_by_time_and_numerics(spark: Any, pg_db: str, tmp_path: Pa
         try:
             pipeline.run_available()
             check("snapshot")
-            xids = {
-                commit(pg_db, "INSERT INTO events VALUES (4, '2024-01-01 10:00:00.123456', "
-                       "'2024-01-01 10:00:00.999999+00', 123456789012.123456, '2024-01-01', "
-                       "12345678901.000000000000000001)"),
-                commit(pg_db, "UPDATE events SET at = '2024-01-02 00:00:00.000002', amount = 123456789012.123457 "
-                       "WHERE id = 1"),
-                commit(pg_db, "DELETE FROM events WHERE id = 3"),
-                commit(pg_db, "UPDATE events SET raw = 12345678901.000000000000000003 WHERE id = 2"),
-                commit(pg_db, "UPDATE events SET at_tz = '2024-01-02 00:00:00.000001+00' WHERE id = 4"),
-            }
+            xids = {commit(pg_db, *statements) for statements in changes}
             wait_for_xids(spec.changelog, "s", xids, ct)
             pipeline.run_available()
             check("after changes")
         finally:
             pipeline.close()
+
+
+def test_outputs_keyed_by_time_and_numerics(spark: Any, pg_db: str, tmp_path: Path) -> None:
+    execute(pg_db, SCHEMA)
+    changes = [
+        (
+            "INSERT INTO events VALUES (4, '2024-01-01 10:00:00.123456', '2024-01-01 10:00:00.999999+00', "
+            "123456789012.123456, '2024-01-01', 12345678901.000000000000000001)",
+        ),
+        ("UPDATE events SET at = '2024-01-02 00:00:00.000002', amount = 123456789012.123457 WHERE id = 1",),
+        ("DELETE FROM events WHERE id = 3",),
+        ("UPDATE events SET raw = 12345678901.000000000000000003 WHERE id = 2",),
+        ("UPDATE events SET at_tz = '2024-01-02 00:00:00.000001+00' WHERE id = 4",),
+    ]
+    outputs = {name: (KEYS[name], sql) for name, sql in OUTPUTS.items()}
+    _run(spark, pg_db, tmp_path, ["public.events"], outputs, changes)
 
 
 KEYED = """
@@ -127,42 +143,21 @@ def test_tables_keyed_by_numerics_timestamps_uuids_and_pairs(spark: Any, pg_db: 
     """Replicas keyed by such columns: their changes are applied and looked up by key (an upsert
     through the key's index, lookups of few keys through it), and joins reach rows by them."""
     execute(pg_db, KEYED)
-    spec = build_spec(
-        {
-            "name": "odd_keys",
-            "state_dir": str(tmp_path / "state"),
-            "sources": {"s": {"dsn": pg_db, "tables": ["public.prices", "public.slots", "public.tags", "public.days"]}},
-            "outputs": {name: {"key": key, "sql": sql} for name, (key, sql) in JOINED.items()},
-        },
-        tmp_path,
-        "odd keys spec",
-    )
-    config = spec.sources["s"].capture_config(spec.changelog, roll_interval=0.02)
-
-    def check(label: str) -> None:
-        for name, (_, sql) in JOINED.items():
-            got = _canonical(DeltaRsStore().read(spec.outputs[name].path).to_pylist())
-            expected = _canonical(query(pg_db, sql))
-            assert got == expected, f"{name} {label}:\n{got}\n{expected}"
-
-    with running_capture(config) as ct:
-        pipeline = Pipeline(spec, spark)
-        try:
-            pipeline.run_available()
-            check("snapshot")
-            xids = {
-                commit(pg_db, "UPDATE prices SET label = 'longer' WHERE sku = 123456789012345678.000001"),
-                commit(pg_db, "UPDATE prices SET sku = 123456789012345678.000003 WHERE sku = 123456789012345678.000002",
-                       "UPDATE slots SET sku = 123456789012345678.000003 WHERE at = '2024-01-01 00:00:00.000002+00'"),
-                commit(pg_db, "DELETE FROM slots WHERE at = '2024-01-01 00:00:00.000001+00'",
-                       "INSERT INTO slots VALUES ('2024-01-01 00:00:00.000001+00', 1.5, 'again')"),
-                commit(pg_db, "UPDATE tags SET at = '2024-01-01 00:00:00.000003+00' "
-                       "WHERE id = '00000000-0000-0000-0000-000000000002'"),
-                commit(pg_db, "UPDATE days SET n = 9 WHERE day = '2024-01-01' AND name = 'B'",
-                       "DELETE FROM days WHERE day = '2024-01-02'"),
-            }
-            wait_for_xids(spec.changelog, "s", xids, ct)
-            pipeline.run_available()
-            check("after changes")
-        finally:
-            pipeline.close()
+    changes = [
+        ("UPDATE prices SET label = 'longer' WHERE sku = 123456789012345678.000001",),
+        (
+            "UPDATE prices SET sku = 123456789012345678.000003 WHERE sku = 123456789012345678.000002",
+            "UPDATE slots SET sku = 123456789012345678.000003 WHERE at = '2024-01-01 00:00:00.000002+00'",
+        ),
+        (
+            "DELETE FROM slots WHERE at = '2024-01-01 00:00:00.000001+00'",
+            "INSERT INTO slots VALUES ('2024-01-01 00:00:00.000001+00', 1.5, 'again')",
+        ),
+        ("UPDATE tags SET at = '2024-01-01 00:00:00.000003+00' WHERE id = '00000000-0000-0000-0000-000000000002'",),
+        (
+            "UPDATE days SET n = 9 WHERE day = '2024-01-01' AND name = 'B'",
+            "DELETE FROM days WHERE day = '2024-01-02'",
+        ),
+    ]
+    tables = ["public.prices", "public.slots", "public.tags", "public.days"]
+    _run(spark, pg_db, tmp_path, tables, JOINED, changes)
