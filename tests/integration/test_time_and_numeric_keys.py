@@ -11,7 +11,7 @@ the snapshot and after streamed changes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,8 @@ KEYS = {"by_at": ["at"], "by_at_tz": ["at_tz"], "by_amount": ["amount"], "by_dat
 def _canonical(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     def value(v: Any) -> Any:
         if isinstance(v, Decimal):
-            return v.normalize()
+            with localcontext(prec=100):  # normalize() rounds to 28 digits in the default context
+                return v.normalize()
         if hasattr(v, "tzinfo") and getattr(v, "tzinfo", None) is not None:
             return v.timestamp()
         return v
