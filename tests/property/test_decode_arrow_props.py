@@ -31,7 +31,10 @@ from txjoin.decode.arrow import decode_segment
 
 pytestmark = [pytest.mark.spark]
 
-TOPICS = ["s.public.orders", "s.transaction", "s.heartbeat", "__debezium-heartbeat.s", "nodot"]
+TOPICS = [
+    *("s.public.orders", "s.transaction", "s.heartbeat", "__debezium-heartbeat.s", "nodot"),
+    "s.public.heartbeat",  # a table named heartbeat
+]
 BIG = 2**62
 names = st.text(min_size=0, max_size=8)
 ints = st.integers(-(2**63), 2**63 - 1)
@@ -277,6 +280,16 @@ def test_records_that_fail_spark_are_bad_rows(tmp_path: Path, line: str) -> None
     parts = _segments(tmp_path, [("s.transaction", [line])])
     rows = pa.Table.from_batches(list(read_segments(parts, decode_segment))).to_pylist()
     assert [(r["kind"], r["table"], r["value"]) for r in rows] == [("bad", parts[0][3], line)]
+
+
+def test_a_heartbeat_on_a_table_named_heartbeat_is_a_bad_record_both_ways(
+    spark: Any, tmp_path_factory: Any
+) -> None:
+    beat = '{"ts_ms": 1733906400000}'
+    parts = _segments(tmp_path_factory.mktemp("hb"), [("s.public.heartbeat", [beat]), ("t.heartbeat", [beat])])
+    fast, slow = _both(spark, parts)
+    for rows in (fast, slow):
+        assert sorted((r["source"], r["kind"]) for r in rows) == [("s", "bad"), ("t", "heartbeat")]
 
 
 def test_a_segment_with_one_bad_record_decodes_the_others(tmp_path: Path) -> None:

@@ -141,3 +141,28 @@ def test_an_index_that_cannot_be_written_slows_reading_but_never_fails_a_flush(
     assert "topic s.public.a" in warnings[0]
     assert idx.lookup(tmp_path, TOPIC, 0) is None
     assert plan_end(tmp_path, ["s"], {})[0] == {TOPIC: 6}  # read by listing
+
+
+def test_a_failed_append_never_hides_the_segment_it_was_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The index's last good write is fresh, so only its removal makes readers list.
+    with SegmentChangelog(tmp_path) as w:
+        w.append(TOPIC, b"{}")
+        w.flush()
+        real = idx.append
+
+        def full(root: Path, topic: str, first: int, last: int) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(idx, "append", full)
+        w.append(TOPIC, b"{}")
+        w.flush()
+        monkeypatch.setattr(idx, "append", real)
+        assert plan_end(tmp_path, ["s"], {})[0] == {TOPIC: 2}
+        w.append(TOPIC, b"{}")  # no append to an index that lacks a segment
+        w.flush()
+        assert idx.lookup(tmp_path, TOPIC, 0) is None
+        assert plan_end(tmp_path, ["s"], {})[0] == {TOPIC: 3}
+    with SegmentChangelog(tmp_path):  # a writer's open repairs it
+        assert idx.lookup(tmp_path, TOPIC, 0) == [(0, 0), (1, 1), (2, 2)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from tests.support.profiles import examples
 from txjoin.changelog import SegmentChangelog, segment_name, stream
 from txjoin.changelog.stream import plan_end, plan_partitions, read_segments, source_topics
+from txjoin.debezium.topics import is_heartbeat_topic
 from txjoin.errors import ChangelogError
 
 
@@ -208,3 +210,65 @@ def test_the_driver_reads_one_small_partition_and_leaves_the_rest_to_tasks(tmp_p
     assert not stream.read_on_driver([], limit=size)  # nothing to read
     gone = ("s.heartbeat", 0, 0, str(tmp_path / "trimmed"))  # read_segments decides about it
     assert stream.read_on_driver([[gone, *small]], limit=size)
+
+
+def test_a_planned_range_whose_segments_are_gone_is_refused_not_skipped(tmp_path: Path) -> None:
+    # Planned while visible; then damage, or a trim under a replayed batch, removes a segment.
+    for first in (0, 2, 4):
+        _seg(tmp_path, "s.public.a", first, first + 1)
+    end, _ = plan_end(tmp_path, ["s"], {})
+    assert end == {"s.public.a": 6}
+    middle = tmp_path / "s.public.a" / segment_name(2, 3)
+    middle.unlink()
+    with pytest.raises(ChangelogError, match=r"offsets from 2 of topic s\.public\.a are missing"):
+        plan_partitions(tmp_path, ["s"], {}, end, 2)
+    _seg(tmp_path, "s.public.a", 2, 3)
+    (tmp_path / "s.public.a" / segment_name(4, 5)).unlink()  # the last one: no later segment
+    with pytest.raises(ChangelogError, match=r"offsets 4\.\.5 of topic s.public.a were planned"):
+        plan_partitions(tmp_path, ["s"], {}, end, 2)
+    # A heartbeat topic trimmed on purpose still reads what is left.
+    _seg(tmp_path, "s.heartbeat", 7, 7)
+    bins = plan_partitions(tmp_path, ["s"], {"s.heartbeat": 3}, {"s.heartbeat": 8}, 2)
+    assert [p[1] for b in bins for p in b] == [7]
+
+
+def test_a_table_named_heartbeat_is_not_the_heartbeat_topic(tmp_path: Path) -> None:
+    assert is_heartbeat_topic("s.heartbeat")
+    assert is_heartbeat_topic("__debezium-heartbeat.s")
+    assert not is_heartbeat_topic("s.public.heartbeat")
+    for topic in ("s.public.heartbeat", "s.public.orders"):
+        _seg(tmp_path, topic, 0, 1)
+        later = _seg(tmp_path, topic, 4, 5)
+        end, gaps = plan_end(tmp_path, ["s"], {topic: 2})
+        assert end[topic] == 2
+        assert [(g.topic, g.expected) for g in gaps if g.topic == topic] == [(topic, 2)]
+        later.unlink()
+        with pytest.raises(ChangelogError, match=f"topic {topic} was deleted"):
+            list(read_segments([(topic, 4, 5, str(later))]))
+
+
+def test_a_run_to_the_end_starts_where_the_checkpoint_is(tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    with SegmentChangelog(tmp_path) as w:
+        for i in range(4):
+            w.append("s.public.a", b'{"i": %d}' % i)
+            w.append("s.transaction", b'{"t": %d}' % i)
+            w.flush()
+    for topic in ("s.public.a", "s.transaction"):  # read before, then removed to free the disk
+        for o in (0, 1):
+            (tmp_path / topic / segment_name(o, o)).unlink()
+        os.utime(tmp_path / "_index" / topic, ns=(0, 0))  # stale: readers list what is left
+
+    def reader() -> Any:
+        r = stream._source_class()({"path": str(tmp_path), "sources": "s"}).streamReader(None)
+        r.prepareForTriggerAvailableNow()
+        return r
+
+    checkpoint = {"topics": {"s.transaction": 2, "s.public.a": 2}}
+    assert reader().latestOffset(checkpoint, ReadAllAvailable()) == {
+        "topics": {"s.transaction": 4, "s.public.a": 4}
+    }
+    # From the start of the changelog those offsets are missing: refused, not skipped.
+    with pytest.raises(ChangelogError, match=r"offsets from 0 of topic s\.transaction are missing"):
+        reader().latestOffset({"topics": {}}, ReadAllAvailable())

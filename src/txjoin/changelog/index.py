@@ -22,7 +22,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["INDEX_DIR", "RECORD", "STALE_AFTER", "append", "lookup", "rewrite"]
+__all__ = ["INDEX_DIR", "RECORD", "STALE_AFTER", "append", "discard", "lookup", "rewrite"]
 
 #: Directory of the index files in the changelog root ('_': never a topic).
 INDEX_DIR = "_index"
@@ -51,6 +51,20 @@ def append(root: Path, topic: str, first: int, last: int) -> None:
         f = open(path, "ab")  # noqa: SIM115
     with f:
         f.write(_record(first, last))
+
+
+def discard(root: Path, topic: str) -> None:
+    """Make readers of ``topic`` list its directory until the next :func:`rewrite`: after a
+    failed :func:`append` the index would lack a visible segment and still look fresh. Removed,
+    or, if it cannot be, dated to 1970 (stale); raises only if neither works."""
+    path = _path(root, topic)
+    try:
+        path.unlink()
+    except (FileNotFoundError, NotADirectoryError):
+        return  # no index: readers list already
+    except OSError:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            os.utime(path, ns=(0, 0))
 
 
 def rewrite(root: Path, topic: str, segments: Sequence[tuple[int, int]]) -> None:

@@ -256,6 +256,7 @@ class SegmentChangelog:
             ) from e
         self._lock_fd = self._lock()
         self._index_warned: set[str] = set()
+        self._index_broken: set[str] = set()  # topics whose index lacks a segment: no appends
         try:
             self._next: dict[str, int] = {}
             self._dirs: set[str] = set()  # topic directories known to exist
@@ -411,11 +412,28 @@ class SegmentChangelog:
         self._index(index.append, topic, first, last)
 
     def _index(self, op: Any, topic: str, *args: Any) -> None:
-        """Update the index of ``topic``; on an I/O error readers list its directory instead
-        (the index goes stale) until a writer opens again."""
+        """Update the index of ``topic``; on an I/O error it is discarded, and readers list the
+        topic's directory until a rewrite (a writer's open or trim) succeeds."""
+        if op is index.append and topic in self._index_broken:
+            return
         try:
             op(self.root, topic, *args)
+            self._index_broken.discard(topic)
         except OSError as e:
+            self._index_broken.add(topic)
+            try:
+                index.discard(self.root, topic)
+            except OSError as gone:
+                # Not raised: the segment is visible, and a flush's retry would write it again.
+                _log.error(
+                    "cannot update or remove the segment index of topic %s in %s (%s; %s): readers "
+                    "may miss its newest segments. Remove %s, fix the disk, and restart capture",
+                    topic,
+                    self.root,
+                    e.strerror or e,
+                    gone.strerror or gone,
+                    self.root / index.INDEX_DIR / topic,
+                )
             if topic in self._index_warned:
                 return
             self._index_warned.add(topic)

@@ -38,7 +38,7 @@ from typing import Any
 
 from txjoin.changelog import index
 from txjoin.changelog.segments import _LIST_ATTEMPTS, _TOPIC_RE, parse_segment_name, segment_name
-from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX, TRANSACTION_SUFFIX
+from txjoin.debezium.topics import TRANSACTION_SUFFIX, is_heartbeat_topic
 from txjoin.errors import ChangelogError
 
 __all__ = [
@@ -82,7 +82,7 @@ Decoder = Callable[[str, int, int, str, bytes, Any, Any], Any]
 
 
 def _trimmed_on_purpose(topic: str) -> bool:
-    return topic.endswith(HEARTBEAT_SUFFIX) or topic.startswith(DEBEZIUM_HEARTBEAT_PREFIX)
+    return is_heartbeat_topic(topic)
 
 
 def source_topics(root: Path, sources: Sequence[str]) -> list[str]:
@@ -251,11 +251,13 @@ def plan_end(
     return end, gaps
 
 
-def visible_end(root: Path, sources: Sequence[str]) -> tuple[dict[str, int], list[Gap]]:
+def visible_end(
+    root: Path, sources: Sequence[str], start: dict[str, int] | None = None
+) -> tuple[dict[str, int], list[Gap]]:
     """The offsets after every visible record, per topic (Trigger.AvailableNow's target),
-    and the gaps that stop topics short: :func:`plan_end` from the start until it stops
-    moving, past its per-batch bound."""
-    end: dict[str, int] = {}
+    and the gaps that stop topics short: :func:`plan_end` from ``start`` (the query's, whose
+    earlier segments may be gone) until it stops moving, past its per-batch bound."""
+    end: dict[str, int] = dict(start or {})
     while True:
         nxt, gaps = plan_end(root, sources, end)
         if nxt == end:
@@ -272,10 +274,26 @@ def plan_partitions(
     for topic, stop in end.items():
         if stop <= start.get(topic, -1):
             continue
-        for p in _segments_from(root, topic, start.get(topic))[0]:
+        found, gap = _segments_from(root, topic, start.get(topic))
+        reached = start.get(topic, 0)
+        for p in found:
             if p[2] >= stop:
                 break
             parts.append(p)
+            reached = p[2] + 1
+        if reached < stop and not _trimmed_on_purpose(topic):
+            # Planned when they were visible (a replay after a restart, or a segment deleted
+            # since): reading on would commit offsets never read.
+            if gap is not None:
+                raise gap.error(None)
+            raise ChangelogError(
+                f"offsets {reached}..{stop - 1} of topic {topic} were planned for this micro-batch "
+                "but their segments are gone: the changelog was trimmed or moved under the "
+                "pipeline. Restore them, or start the pipeline from a new checkpoint and snapshot",
+                path=str(root / topic),
+                topic=topic,
+                offset=reached,
+            )
     sized = sorted(((_size(p), p) for p in parts), key=lambda x: -x[0])
     # A task costs a Python worker's round trip: small batches (a few transactions) get one.
     total = sum(n for n, _ in sized)
@@ -496,6 +514,7 @@ def _source_class(fmt: str = FORMAT, row_schema: str = SCHEMA, decoder: Decoder 
         def __init__(self, opts: _Options) -> None:
             self.opts = opts
             self.cap: dict[str, int] | None = None
+            self.run_to_end = False  # Trigger.AvailableNow: read up to what was visible at the start
             self.gaps: dict[tuple[str, int], float] = {}  # first seen (monotonic)
             self.planned: tuple[Any, Any, list[list[Part]]] | None = None  # start, end, bins
             # The runner asks a wrapper's simple_reader whether it runs to the end (AvailableNow).
@@ -512,13 +531,15 @@ def _source_class(fmt: str = FORMAT, row_schema: str = SCHEMA, decoder: Decoder 
             return ReadAllAvailable()
 
         def prepareForTriggerAvailableNow(self) -> None:
-            # A run that stops when it has read what is visible cannot wait out a gap: the
-            # records past it would be left unread without a word.
-            self.cap, gaps = visible_end(self.opts.root, self.opts.sources)
-            if gaps:
-                raise gaps[0].error(None)
+            self.run_to_end = True  # the target is fixed at the first latestOffset, from its start
 
         def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+            if self.run_to_end and self.cap is None:
+                # A run that stops when it has read what is visible cannot wait out a gap: the
+                # records past it would be left unread without a word.
+                self.cap, gaps = visible_end(self.opts.root, self.opts.sources, start["topics"])
+                if gaps:
+                    raise gaps[0].error(None)
             files = limit.max_files if isinstance(limit, ReadMaxFiles) else 0
             size = limit.max_bytes if isinstance(limit, ReadMaxBytes) else 0
             end, gaps = plan_end(

@@ -19,8 +19,10 @@ from txjoin.pg.names import QualifiedName
 __all__ = [
     "DEBEZIUM_HEARTBEAT_PREFIX",
     "HEARTBEAT_SUFFIX",
+    "HEARTBEAT_TOPIC_RE",
     "TRANSACTION_SUFFIX",
     "heartbeat_topic",
+    "is_heartbeat_topic",
     "table_topic",
     "transaction_topic",
     "validate_prefix",
@@ -30,6 +32,8 @@ __all__ = [
 TRANSACTION_SUFFIX = ".transaction"
 #: txjoin capture's heartbeat topics are ``<prefix>.heartbeat``.
 HEARTBEAT_SUFFIX = ".heartbeat"
+#: Those topics as a regular expression (Java's and Python's syntax alike).
+HEARTBEAT_TOPIC_RE = r"^[^.]+\.heartbeat$"
 #: Debezium's own heartbeat topics are ``__debezium-heartbeat.<prefix>``.
 DEBEZIUM_HEARTBEAT_PREFIX = "__debezium-heartbeat."
 
@@ -58,3 +62,11 @@ def transaction_topic(prefix: str) -> str:
 
 def heartbeat_topic(prefix: str) -> str:
     return f"{prefix}{HEARTBEAT_SUFFIX}"
+
+
+def is_heartbeat_topic(topic: str) -> bool:
+    """Whether ``topic`` is a heartbeat topic: ``<prefix>.heartbeat`` exactly (a table named
+    ``heartbeat`` is ``<prefix>.<schema>.heartbeat``) or Debezium's own."""
+    return (topic.endswith(HEARTBEAT_SUFFIX) and topic.count(".") == 1) or topic.startswith(
+        DEBEZIUM_HEARTBEAT_PREFIX
+    )

@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 from txjoin.changelog import SEGMENT_FILE_PATTERN, SEGMENT_GLOB, topic_glob
 from txjoin.changelog.stream import read_stream
-from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX, TRANSACTION_SUFFIX
+from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_TOPIC_RE, TRANSACTION_SUFFIX
 from txjoin.decode.columns import EVENT_COLUMNS, EVENT_SCHEMA
 from txjoin.errors import ConfigError, MissingDependency
 from txjoin.spec import PipelineSpec, memory
@@ -242,7 +242,8 @@ def decode(raw: Any) -> Any:
         .when(F.col("e.status") == "BEGIN", F.lit("begin"))
         .when(F.col("e.status") == "END", F.lit("end"))
         .when(
-            topic.endswith(HEARTBEAT_SUFFIX) | topic.startswith(DEBEZIUM_HEARTBEAT_PREFIX),
+            # <prefix>.heartbeat exactly: a table named heartbeat is <prefix>.<schema>.heartbeat.
+            topic.rlike(HEARTBEAT_TOPIC_RE) | topic.startswith(DEBEZIUM_HEARTBEAT_PREFIX),
             F.lit("heartbeat"),
         )
         .otherwise(F.lit("bad"))

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, HEARTBEAT_SUFFIX, TRANSACTION_SUFFIX
+from txjoin.debezium.topics import DEBEZIUM_HEARTBEAT_PREFIX, TRANSACTION_SUFFIX, is_heartbeat_topic
 from txjoin.decode.columns import EVENT_COLUMNS
 
 __all__ = ["DECODED_SCHEMA", "decode_segment"]
@@ -218,7 +218,7 @@ def decode_segment(
     change = has_op & ~is_m
     begin = ~has_op & _mask(pc.equal(status, "BEGIN"))
     end = ~has_op & _mask(pc.equal(status, "END"))
-    heartbeat_topic = topic.endswith(HEARTBEAT_SUFFIX) or topic.startswith(DEBEZIUM_HEARTBEAT_PREFIX)
+    heartbeat_topic = is_heartbeat_topic(topic)
     rest = ~has_op & ~begin & ~end
     bad = parsed & ~tombstone & rest & (not heartbeat_topic)
     bad |= ~parsed & ~tombstone
