@@ -179,6 +179,9 @@ def spark_session(
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Capture trims old heartbeat segments; a listed-then-deleted one is harmless.
         "spark.sql.files.ignoreMissingFiles": "true",
+        # '${x}' in an output's string constant is text to PostgreSQL; Spark would substitute
+        # variables, settings and environment variables into it (and publish them).
+        "spark.sql.variable.substitute": "false",
         # PostgreSQL json_build_object keeps null fields; so must to_json.
         "spark.sql.jsonGenerator.ignoreNullFields": "false",
         "spark.sql.adaptive.enabled": "false",

@@ -551,6 +551,10 @@ def test_jsonb_members_are_read_by_txjoins_udf() -> None:
     assert "TXJ_JSONB_GET(t.j1, 'k', NULL, TRUE)" in sql
     assert "TXJ_JSONB_GET(TXJ_JSONB_GET(t.j1, 'o', NULL, FALSE), 'x.y', NULL, TRUE)" in sql
     assert "TXJ_JSONB_GET(t.j1, NULL, -1, TRUE)" in sql
+    # The ends of PostgreSQL's integer (an index past them is refused).
+    sql = spark("SELECT t.id, t.j1 -> 2147483647 AS a, t.j1 ->> -2147483648 AS b FROM t")
+    assert "TXJ_JSONB_GET(t.j1, NULL, 2147483647, FALSE)" in sql
+    assert "TXJ_JSONB_GET(t.j1, NULL, -2147483648, TRUE)" in sql
 
 
 @pytest.mark.parametrize(
@@ -560,15 +564,20 @@ def test_jsonb_members_are_read_by_txjoins_udf() -> None:
         ("max(t.j1 ->> 'k')", "(t.j1 ->> 'k') COLLATE"),  # ->> gives text of the database's collation
         ("coalesce(j1 -> 'k', t.j1)", "parentheses"),  # sqlglot reads `x -> y` in arguments as a lambda
         ("t.j1 #>> '{a,b}'", "#>>"),
+        # PostgreSQL has no jsonb -> numeric or -> bigint; sqlglot reads them as a key or an index.
+        ("t.j1 -> 1.5", "the operator -> with the key 1.5"),
+        ("t.j1 ->> 2147483648", "the operator ->> with the key 2147483648"),
+        ("t.j1 -> -2147483649", "the operator -> with the key -2147483649"),
+        # jsonb compares by value in PostgreSQL (1 = 1.0), by text in Spark.
+        ("nullif(t.j1 -> 'a', t.j1 -> 'b')", "nullif() over jsonb"),
+        ("CASE t.j1 -> 'a' WHEN '1' THEN 1 END", "CASE value WHEN ... over jsonb"),
+        ("count(DISTINCT t.j1 -> 'a')", "count(DISTINCT ...) over jsonb"),
     ],
 )
 def test_jsonb_member_uses_txjoin_cannot_match_are_refused(expression: str, why: str) -> None:
-    key = ("id",) if "max(" not in expression else ("m",)
-    sql = (
-        f"SELECT t.id, {expression} AS x FROM t"
-        if "max(" not in expression
-        else f"SELECT {expression} AS m FROM t"
-    )
+    aggregate = "max(" in expression or "count(" in expression
+    key = ("id",) if not aggregate else ("m",)
+    sql = f"SELECT t.id, {expression} AS x FROM t" if not aggregate else f"SELECT {expression} AS m FROM t"
     assert why in str(refusal(sql, key))
 
 
@@ -580,6 +589,8 @@ def test_jsonb_member_uses_txjoin_cannot_match_are_refused(expression: str, why:
         "substring(t.t, t.i, 2)",
         "left(t.t, -1)",  # PostgreSQL: all but the last character
         "right(t.t, t.i)",
+        "substring(t.t, 2147483648)",  # PostgreSQL: no substring(text, bigint); Spark: cast overflow
+        "left(t.t, 99999999999)",
     ],
 )
 def test_substring_bounds_where_spark_differs_are_refused(expression: str) -> None:

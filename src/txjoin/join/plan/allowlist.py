@@ -30,6 +30,7 @@ from txjoin.join.plan.typerules import FLOAT_TYPES, INT_TYPES, base_type, cast_t
 __all__ = [
     "ANONYMOUS",
     "ENTRIES",
+    "INT4_MAX",
     "NODES",
     "NULL",
     "ORDERED",
@@ -250,21 +251,21 @@ ENTRIES: tuple[Entry, ...] = (
     _E("operator", "BETWEEN", "as <=", "x >= a AND x <= b.", _comparison(ordering=True)),
     _E("operator", "LIKE", "text, text constant", "Spark LIKE with the same `%`, `_` and backslash escape.", _of("text", result="bool")),
     _E("operator", "||", "text, text; text and an integer, numeric(p,s), boolean, enum, uuid or time", "Concatenation; NULL if either side is NULL, in both. A non-text side is cast to text, as PostgreSQL does (see the casts to text); date (which prints by DateStyle) and char(n) (which loses its padding) are refused.", _of("text", result="text")),
-    _E("operator", "->", "jsonb, a text or integer constant", "The member under that key (or the array element at that index, from 0; negative from the end) as jsonb, printed as PostgreSQL prints jsonb; NULL for a missing key, an index past either end, or the wrong kind of document, in both. Computed by txjoin's UDF on the jsonb text (join/pgjson.py): numbers keep their printed digits.", _of("jsonb", result="jsonb")),
+    _E("operator", "->", "jsonb, a text or integer constant (an integer of PostgreSQL's int4 range)", "The member under that key (or the array element at that index, from 0; negative from the end) as jsonb, printed as PostgreSQL prints jsonb; NULL for a missing key, an index past either end, or the wrong kind of document, in both. Computed by txjoin's UDF on the jsonb text (join/pgjson.py): numbers keep their printed digits.", _of("jsonb", result="jsonb")),
     _E("operator", "->>", "jsonb, a text or integer constant", "As ->, as text: a string member unescaped, a JSON null as SQL NULL, others as -> prints them. Its text has the database's collation, so ordering it needs COLLATE \"C\". (On json, which keeps its text as written, -> and ->> are refused.)", _of("jsonb", result="text")),
     _E("operator", "= ANY(array)", "a value, an array of its type", "array_contains; only as a condition of WHERE or ON joined by AND, where PostgreSQL's NULL (no match, a NULL element) and Spark's false both drop the row.", _any("bool")),
     _E("operator", "array[i]", "an array, an integer", "The i-th element counting from 1; NULL for an index past either end (Spark: try_element_at, guarded for i < 1, which Spark counts from the end).", lambda args: args[0][1:] if args[0].startswith("_") and type_class(args[1]) == "int" else None),
     _E("operator", 'COLLATE "C"', "text", 'Orders text by its bytes (code points), as Spark does: write `x COLLATE "C"` to order text of a database whose collation is not C.', _of("text", result="text")),
-    _E("operator", "CASE", "boolean conditions, results of one type", "Spark CASE; result types promote as in PostgreSQL.", lambda args: promote(args)),
+    _E("operator", "CASE", "boolean conditions, results of one type", "Spark CASE; result types promote as in PostgreSQL. `CASE x WHEN ...` over json or jsonb is refused (equality by value in PostgreSQL).", lambda args: promote(args)),
     # Functions.
     _E("function", "coalesce", "values of one type", "Spark COALESCE.", lambda args: promote(args)),
-    _E("function", "nullif", "two values of one type", "Spark NULLIF.", lambda args: args[0] if promote(args) is not None else None),
+    _E("function", "nullif", "two values of one type", "Spark NULLIF; over json or jsonb refused (equality by value in PostgreSQL).", lambda args: args[0] if promote(args) is not None else None),
     _E("function", "greatest, least", "numbers, date, timestamp, timestamptz", "NULL arguments are ignored, in both.", _of(*_NUMBERS, "date", "timestamp", "timestamptz")),
     _E("function", "abs", "a number", "Spark ABS.", _of(*_NUMBERS, result=_first)),
     _E("function", "round", "numeric or integer [, integer]; double precision", "Half away from zero for numeric (Spark ROUND on decimals); double precision, and integers (which PostgreSQL rounds as double precision), half to even (Spark BROUND on DOUBLE).", _round),
     _E("function", "length, char_length", "text", "Characters (code points), as Spark LENGTH.", _of("text", result="int4")),
-    _E("function", "substring, substr", "text, a constant start >= 1 [, a constant length >= 0] (FROM/FOR or commas)", "Characters (code points) from start, as Spark's SUBSTRING; other starts and lengths (where Spark counts from the end, or PostgreSQL raises) are refused.", _of("text", result="text")),
-    _E("function", "left, right", "text, a constant count >= 0", "The first or last n characters, as Spark's LEFT / RIGHT; a negative count (all but |n| in PostgreSQL) is refused.", _of("text", result="text")),
+    _E("function", "substring, substr", "text, a constant start >= 1 [, a constant length >= 0] (FROM/FOR or commas), each at most 2147483647", "Characters (code points) from start, as Spark's SUBSTRING; other starts and lengths (where Spark counts from the end, or PostgreSQL raises) are refused.", _of("text", result="text")),
+    _E("function", "left, right", "text, a constant count >= 0 and at most 2147483647", "The first or last n characters, as Spark's LEFT / RIGHT; a negative count (all but |n| in PostgreSQL) is refused.", _of("text", result="text")),
     _E("function", "lower, upper", "text", "Case mapping follows the text's collation in PostgreSQL: under C only ASCII letters change (Spark TRANSLATE over A-Z); under an English or root ICU locale Unicode's full mapping, as Spark's LOWER/UPPER (Java) does; other locales are refused.", _of("text", result="text")),
     _E("function", "extract", "year, quarter, month, week, day, dow, isodow, doy of a date or timestamp; hour, minute, second of a timestamp", "numeric in PostgreSQL, the same values from Spark's EXTRACT; dow is 0-6 from Sunday (Spark's DAYOFWEEK - 1), isodow 1-7 from Monday, week the ISO week, second with its microseconds. (date_part, which returns double precision, is refused: sqlglot reads it as extract.)", _of("date", "timestamp", result="numeric")),
     _E("function", "date_trunc", "a constant unit (year, quarter, month, week, day, hour, minute, second), a timestamp", "Spark's DATE_TRUNC, as timestamp without time zone; week starts on Monday in both. date_trunc of a date or timestamptz depends on the server's TimeZone and is refused.", _of("timestamp", result="timestamp")),
@@ -281,7 +282,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("cast", "timestamp -> date", "", "The date part, in both.", _any("date")),
     _E("cast", "date -> timestamp", "", "Midnight of that date, in both.", _any("timestamp")),
     # Aggregates.
-    _E("aggregate", "count", "*, a value, DISTINCT a value", "Spark COUNT; bigint in both.", _any("int8")),
+    _E("aggregate", "count", "*, a value, DISTINCT a value", "Spark COUNT; bigint in both. DISTINCT over json or jsonb is refused: PostgreSQL compares jsonb by value (1 equals 1.0), Spark by text.", _any("int8")),
     _E("aggregate", "sum", "integer or numeric", "Exact (bigint sum of smallint/integer; numeric of bigint: SUM over DECIMAL(38,0), no bigint overflow); NULL over no rows. Sums of double precision are refused: their last digits depend on the order rows are added.", _sum),
     _E("aggregate", "avg", "integer or numeric(p,s), rounded to a fixed scale", "PostgreSQL's avg is the numeric division of the sum by the count (scale per value): accepted as `round(avg(x), k)` or `avg(x)::numeric(p,s)` and computed exactly, like `/`.", _of("int", "numeric", result="numeric")),
     _E("aggregate", "min, max", "numbers, C-collated text, date, timestamp, timestamptz, uuid, enum", "Spark MIN / MAX; text only under the C collation.", lambda args: args[0] if type_class(args[0]) in ORDERED and type_class(args[0]) != "bool" else None),
@@ -474,12 +475,22 @@ def args_of(node: exp.Expression) -> list[exp.Expression]:
     ] + [e for e in node.args.get("expressions") or [] if isinstance(e, exp.Expression)]
 
 
+#: The largest integer constant PostgreSQL reads as an integer (larger ones are bigint).
+INT4_MAX = 2**31 - 1
+
+
 def text_bounds(node: exp.Substring | exp.Left | exp.Right) -> bool:
     """Whether substring's start (>= 1) and length (>= 0), or left/right's count (>= 0),
     are constants where Spark's function and PostgreSQL's agree."""
 
     def const(e: exp.Expression | None, least: int) -> bool:
-        return isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and int(e.this) >= least
+        # integer constants: PostgreSQL has no substring(text, bigint), Spark casts to int
+        return (
+            isinstance(e, exp.Literal)
+            and not e.is_string
+            and e.this.isdigit()
+            and least <= int(e.this) <= INT4_MAX
+        )
 
     if isinstance(node, exp.Substring):
         length = node.args.get("length")

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 import sqlglot
-from sqlglot import exp
+from sqlglot import TokenType, exp
+from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from txjoin.errors import UnsupportedQuery
 from txjoin.join.plan import gate
+from txjoin.join.plan.allowlist import INT4_MAX
 from txjoin.join.plan.model import Analysis, Edge, OutputPlan, TableInfo, any_array, refuse
 from txjoin.join.plan.translate import translate
 from txjoin.join.plan.typerules import base_type, cast_type, check_edge_types, check_group_types
@@ -376,11 +378,34 @@ def _parse(name: str, sql: str) -> exp.Select:
             f"output {name!r}: the SQL does not parse as PostgreSQL: {e}", output=name
         ) from None
     statements = [s for s in statements if s is not None]
+    _check_json_keys(name, sql)
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise UnsupportedQuery(f"output {name!r}: the SQL must be exactly one SELECT statement", output=name)
     # PostgreSQL folds unquoted identifiers to lower case: `FROM Orders` reads orders.
     select: exp.Select = normalize_identifiers(statements[0], dialect="postgres")
     return select
+
+
+def _check_json_keys(name: str, sql: str) -> None:
+    """Refuse ``->``/``->>`` with a number PostgreSQL reads as no integer (1.5, 1e3, 99999999999):
+    it has no jsonb -> numeric or -> bigint, while sqlglot reads them as a key or an index."""
+    tokens = Postgres().tokenize(sql)
+    for i, tok in enumerate(tokens[:-1]):
+        if tok.token_type not in (TokenType.ARROW, TokenType.DARROW):
+            continue
+        nxt, sign = tokens[i + 1], 1
+        if nxt.token_type == TokenType.DASH and i + 2 < len(tokens):
+            nxt, sign = tokens[i + 2], -1
+        if nxt.token_type != TokenType.NUMBER:
+            continue
+        text = nxt.text
+        if not text.isdigit() or not -INT4_MAX - 1 <= sign * int(text) <= INT4_MAX:
+            raise refuse(
+                name,
+                f"the operator {tok.text} with the key {'-' if sign < 0 else ''}{text}",
+                "PostgreSQL takes a text key ('name') or an integer index (0, -1) there, and "
+                "refuses other numbers",
+            )
 
 
 def _analyse_joins(select: exp.Select, tables: Mapping[QualifiedName, TableInfo], name: str) -> Analysis:

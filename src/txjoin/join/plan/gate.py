@@ -129,6 +129,7 @@ def check(tree: exp.Expression, a: Analysis) -> None:
         types = [pg_type(x, a) for x in args_of(node)]
         if any(t is None for t in types):
             continue  # the operand itself is refused when the walk reaches it
+        _check_json_equality(node, a)
         if isinstance(node, _ORDERING):
             for x in args_of(node):
                 _check_order(x, a, node)
@@ -144,6 +145,29 @@ def check(tree: exp.Expression, a: Analysis) -> None:
                 a.output,
                 f"{entry.kind} {_spelling(node, entry)} over {', '.join(_label(t) for t in types if t)}",
                 f"txjoin computes it exactly only over {entry.args}",
+                node,
+            )
+
+
+def _check_json_equality(node: exp.Expression, a: Analysis) -> None:
+    """Refuse the constructs that test json or jsonb values for equality: PostgreSQL compares
+    jsonb by value (1 = 1.0, key order aside) and has no json equality; Spark compares the text."""
+    if isinstance(node, exp.Count) and isinstance(node.this, exp.Distinct):
+        operands, what = list(node.this.expressions), "count(DISTINCT ...)"
+    elif isinstance(node, exp.Nullif):
+        operands, what = [node.this, node.expression], "nullif()"
+    elif isinstance(node, exp.Case) and node.this is not None:
+        operands, what = [node.this], "CASE value WHEN ..."
+    else:
+        return
+    for x in operands:
+        t = pg_type(x, a)
+        if t is not None and t.split("(", 1)[0] in ("json", "jsonb"):
+            raise refuse(
+                a.output,
+                f"{what} over {t}",
+                "PostgreSQL compares jsonb by value (1 equals 1.0) and json not at all, where Spark "
+                "would compare their text; compare a member's text (->> 'key') or a cast of it instead",
                 node,
             )
 
