@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -205,6 +206,10 @@ class CaptureProcesses:
         self.check()
 
 
+#: Seconds a capture process waits, after SIGTERM or SIGINT, for its pipeline to stop it.
+_SIGNAL_GRACE = 90.0
+
+
 def _child(messages: IO[bytes]) -> int:
     """A capture process's body: configuration on stdin, reports on ``messages``."""
     config, level, fmt = pickle.load(sys.stdin.buffer)
@@ -217,12 +222,29 @@ def _child(messages: IO[bytes]) -> int:
             messages.write(pickle.dumps(msg))
             messages.flush()
 
+    capture: Capture | None = None
+
     def until_stdin_closes() -> None:
-        sys.stdin.buffer.read()  # returns at EOF: stop(), or the parent's death
+        # EOF: stop(), or the parent's death. os.read, not sys.stdin: a daemon thread blocked in
+        # a buffered read makes the interpreter abort at exit ("could not acquire lock").
+        while os.read(0, 1 << 16):
+            pass
+        if capture is None or not capture.streaming.is_set():
+            # Slot set-up and the snapshot never look at ``stop``, and nothing of them is kept
+            # before its manifest: exit now rather than hold the slot and changelog for hours.
+            os._exit(1)
         stop.set()
 
+    def signalled(signum: int, frame: Any) -> None:
+        # A service manager's stop signals every process of the unit: the pipeline stops this
+        # one by closing stdin after its last batch. Stop anyway if that does not come.
+        timer = threading.Timer(_SIGNAL_GRACE, stop.set)
+        timer.daemon = True  # never what keeps the process alive
+        timer.start()
+
+    signal.signal(signal.SIGTERM, signalled)
+    signal.signal(signal.SIGINT, signalled)
     threading.Thread(target=until_stdin_closes, daemon=True).start()
-    capture: Capture | None = None
 
     def status() -> None:
         if capture is not None:
