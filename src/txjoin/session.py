@@ -19,6 +19,7 @@ import hashlib
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -247,7 +248,8 @@ def _python_home() -> Iterator[None]:
 
 
 def _spark_home() -> Path | None:
-    """The SPARK_HOME txjoin launches the driver with (None: the one the user set)."""
+    """The SPARK_HOME txjoin launches the driver with (None: the one the user set, or PySpark's
+    own where no cache directory is this user's alone)."""
     import pyspark
 
     package = Path(pyspark.__file__).parent
@@ -256,11 +258,11 @@ def _spark_home() -> Path | None:
     return _shadow_home(package, str(pyspark.__version__))
 
 
-#: What Spark's launcher and JVMs read from SPARK_HOME.
+#: What Spark's launcher and JVMs read from SPARK_HOME (``conf``, the user's settings, is linked).
 _HOME_DIRS = ("bin", "jars", "sbin")
 
 
-def _shadow_home(package: Path, version: str) -> Path:
+def _shadow_home(package: Path, version: str) -> Path | None:
     """PySpark's ``bin``, ``jars`` and ``sbin``, hard-linked into the user's cache under a name
     taken from their contents, so every install of the same PySpark (each checkout's venv)
     launches from the same paths and shares one class archive (:func:`_class_archive`), and the
@@ -270,7 +272,14 @@ def _shadow_home(package: Path, version: str) -> Path:
     files = sorted(f for d in _HOME_DIRS for f in (package / d).rglob("*") if f.is_file())
     listing = [(str(f.relative_to(package)), f.stat().st_size) for f in files]
     tag = hashlib.sha256(f"{version}:{listing}".encode()).hexdigest()[:12]
-    home = _cache_dir() / f"spark-home-{os.getuid()}-{tag}"
+    if (package / "conf").exists():
+        # spark-defaults.conf, spark-env.sh, log4j2.properties of this install: a shared home
+        # would not read them (the linked home does).
+        return _linked_home(package, version)
+    cache = _cache_dir()
+    if cache is None:
+        return None
+    home = cache / f"spark-home-{os.getuid()}-{tag}"
     if home.is_dir():
         return home
     tmp = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
@@ -285,10 +294,13 @@ def _shadow_home(package: Path, version: str) -> Path:
     return home
 
 
-def _linked_home(package: Path, version: str) -> Path:
+def _linked_home(package: Path, version: str) -> Path | None:
     """A directory of symbolic links to ``package``'s entries, all but ``python``."""
     tag = hashlib.sha256(f"{package}:{version}".encode()).hexdigest()[:12]
-    home = _cache_dir() / f"spark-home-{os.getuid()}-{tag}"
+    cache = _cache_dir()
+    if cache is None:
+        return None
+    home = cache / f"spark-home-{os.getuid()}-{tag}"
     if home.is_dir():
         return home
     tmp = Path(tempfile.mkdtemp(prefix=home.name + ".", dir=home.parent))
@@ -306,14 +318,22 @@ def _put_in_place(tmp: Path, home: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _cache_dir() -> Path:
-    """txjoin's directory in the user's cache (XDG), or the temp directory if that is not writable."""
+def _cache_dir() -> Path | None:
+    """txjoin's directory in the user's cache (XDG), or ``txjoin-<uid>`` in the temp directory if
+    that is not writable; None if neither is this user's alone. Spark is launched from what is
+    found there, so a directory another user could write would let them run code as this one."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "txjoin"
-    try:
+    with contextlib.suppress(OSError):
         base.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return Path(tempfile.gettempdir())
-    return base if os.access(base, os.W_OK) else Path(tempfile.gettempdir())
+        if os.access(base, os.W_OK):
+            return base
+    private = Path(tempfile.gettempdir()) / f"txjoin-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        private.mkdir(mode=0o700)
+    st = os.lstat(private)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None  # a symbolic link, or someone else's: no shared home, no class archive
+    return private
 
 
 def _class_archive(java: str) -> Path | None:
@@ -330,7 +350,10 @@ def _class_archive(java: str) -> Path | None:
     # The class path's jars are under the home the driver launches from.
     home = _spark_home() or Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
     key = f"{home}:{pyspark.__version__}:{java}:{st.st_size}:{st.st_mtime_ns}"
-    return _cache_dir() / f"spark-classes-{os.getuid()}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
+    cache = _cache_dir()
+    if cache is None:
+        return None
+    return cache / f"spark-classes-{os.getuid()}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
 
 
 def _archive_lock(archive: Path) -> Path | None:
@@ -383,25 +406,51 @@ def _archive_loads(java: str, archive: Path) -> bool:
     return subprocess.run(check, capture_output=True, timeout=60).returncode == 0
 
 
+def _stop_spark_context() -> None:
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is not None:
+        sc.stop()
+
+
+#: What :func:`finish_class_archive` still has to do.
+_finishers: list[Any] = []
+
+
+def finish_class_archive() -> None:
+    """Put in place the class archive a session of this process is writing (waiting for its
+    JVM to exit and write it). Runs at exit; a program that leaves by ``os._exit``, which skips
+    that, calls it first (the ``txjoin`` command does)."""
+    while _finishers:
+        _finishers.pop()()
+
+
 def _finish_archive_at_exit(proc: Any, java: str, archive: Path, lock: Path) -> None:
     """When this process exits, let the driver JVM exit and write the classes it loaded, then
     put the archive in place: only a JVM that exited normally wrote a whole one."""
 
     def finish() -> None:
+        from py4j.protocol import Py4JError
+
         tmp = _archive_tmp(archive)
         try:
             if proc.poll() is None and proc.stdin is not None:
+                sys.stderr.write(f"txjoin: saving Spark's classes to {archive} for faster starts (once)\n")
+                _stop_spark_context()  # else PySpark's accumulator server prints the JVM's exit
                 proc.stdin.close()  # Spark's gateway exits at end of input
                 proc.wait(timeout=120)
             if proc.returncode == 0 and tmp.is_file() and _archive_loads(java, tmp):
                 os.replace(tmp, archive)
-        except (OSError, subprocess.TimeoutExpired) as e:  # a cache: the next start writes it again
+        except (OSError, subprocess.TimeoutExpired, Py4JError) as e:  # a cache: the next start writes it
             sys.stderr.write(f"txjoin: Spark's class archive {archive} was not written: {e}\n")
         finally:
             tmp.unlink(missing_ok=True)
             lock.unlink(missing_ok=True)
 
-    atexit.register(finish)
+    if not _finishers:
+        atexit.register(finish_class_archive)
+    _finishers.append(finish)
 
 
 def write_class_archive() -> Path | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from txjoin.session import _python_home, _shadow_home
+from txjoin.session import _cache_dir, _class_archive, _python_home, _shadow_home
 
 PACKAGE = Path(pyspark.__file__).parent
 
@@ -70,9 +70,49 @@ def test_an_unwritable_cache_falls_back_to_the_temp_directory(
     monkeypatch.setattr("tempfile.tempdir", None)
     with _python_home():
         home = Path(os.environ["SPARK_HOME"])
-    assert home.parent == tmp_path / "tmp"
+    assert home.parent == tmp_path / "tmp" / f"txjoin-{os.getuid()}"
+    assert home.parent.stat().st_mode & 0o777 == 0o700  # this user's alone
     jar = next(p for p in (PACKAGE / "jars").iterdir() if p.is_file())
     assert os.path.samefile(home / "jars" / jar.name, jar)  # made here, from this install
+
+
+@pytest.mark.parametrize("planted", ["symlink", "open to others"])
+def test_a_temp_directory_others_could_write_is_never_launched_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, planted: str
+) -> None:
+    # Spark's launcher runs what it finds in the home: another user who made the fallback
+    # directory (a predictable name in /tmp) could run code as this one.
+    (tmp_path / "file").write_text("")
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file" / "cache"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "theirs").mkdir()
+    fallback = tmp_path / "tmp" / f"txjoin-{os.getuid()}"
+    if planted == "symlink":
+        fallback.symlink_to(tmp_path / "theirs")
+    else:
+        fallback.mkdir()
+        fallback.chmod(0o777)
+    assert _cache_dir() is None
+    assert _class_archive("/bin/sh") is None
+    with _python_home():
+        assert "SPARK_HOME" not in os.environ  # PySpark's launcher then uses its own install
+    assert not list((tmp_path / "theirs").iterdir())
+
+
+def test_spark_settings_in_the_install_are_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # spark-defaults.conf and the like of a PySpark install: a home shared between installs
+    # would leave them out.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    package = _install(tmp_path / "a" / "pyspark", b"classes")
+    (package / "conf").mkdir()
+    (package / "conf" / "spark-defaults.conf").write_text("spark.txjoin.marker yes\n")
+    home = _shadow_home(package, "4.0.0")
+    assert home is not None
+    assert (home / "conf" / "spark-defaults.conf").read_text() == "spark.txjoin.marker yes\n"
+    assert not (home / "python").exists()
 
 
 def _install(at: Path, jar: bytes) -> Path:
@@ -92,17 +132,20 @@ def test_installs_of_the_same_pyspark_share_one_home_that_outlives_them(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     first = _shadow_home(_install(tmp_path / "a" / "pyspark", b"classes"), "4.0.0")
     second = _shadow_home(_install(tmp_path / "b" / "pyspark", b"classes"), "4.0.0")
+    assert first is not None
     assert first == second
     assert sorted(p.name for p in first.iterdir()) == ["bin", "jars", "sbin"]
     shutil.rmtree(tmp_path / "a")
     assert (first / "jars" / "spark-core.jar").read_bytes() == b"classes"
     other = _shadow_home(_install(tmp_path / "c" / "pyspark", b"other classes"), "4.0.0")
+    assert other is not None
     assert other != first
     assert (other / "jars" / "spark-core.jar").read_bytes() == b"other classes"
     assert _shadow_home(tmp_path / "b" / "pyspark", "4.0.1") not in (first, other)
     (tmp_path / "b" / "pyspark" / "jars" / "connect").mkdir()  # jars in a subdirectory count too
     (tmp_path / "b" / "pyspark" / "jars" / "connect" / "repl.jar").write_bytes(b"repl")
     grown = _shadow_home(tmp_path / "b" / "pyspark", "4.0.0")
+    assert grown is not None
     assert grown not in (first, other)
     assert (grown / "jars" / "connect" / "repl.jar").read_bytes() == b"repl"
     assert not [p for p in first.parent.iterdir() if "." in p.name]  # no half-made home left
@@ -120,6 +163,7 @@ def test_without_hard_links_the_home_links_to_the_install(
     monkeypatch.setattr("os.link", cross_device)
     package = _install(tmp_path / "a" / "pyspark", b"classes")
     home = _shadow_home(package, "4.0.0")
+    assert home is not None
     assert (home / "jars").resolve() == package / "jars"
     assert not (home / "python").exists()
     assert _shadow_home(_install(tmp_path / "b" / "pyspark", b"classes"), "4.0.0") != home

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from txjoin import __version__
 from txjoin.cli import pipeline, source, testing
 from txjoin.errors import TxJoinError
+from txjoin.session import finish_class_archive
 
 __all__ = ["build_parser", "command", "main"]
 
@@ -79,6 +80,7 @@ def command() -> None:
     objects those threads hold as leaks.
     """
     rc = main()
+    finish_class_archive()  # os._exit skips atexit, where a session would write it
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
