@@ -176,6 +176,45 @@ def test_a_table_written_with_a_long_numerics_statistics_stops_using_them(tmp_pa
     assert "min.v" in files.column_names  # the other columns keep theirs
 
 
+@pytest.mark.parametrize("change", ["schema back and forth", "table replaced by another writer"])
+def test_a_tables_properties_are_checked_at_every_write(tmp_path: Path, change: str) -> None:
+    """The store remembered a table as settled for its process: a schema that came back after another,
+    or a table another writer replaced, kept statistics of a numeric key past 15 digits, and a replaced
+    key kept its old row beside the new one."""
+    from deltalake import write_deltalake
+
+    path, d38, big = tmp_path / "out", pa.decimal128(38, 6), Decimal("123456789012.000001")
+
+    def b(rows: dict[Decimal, str]) -> pa.Table:  # the key a long numeric
+        return pa.table({"id": pa.array(list(rows), d38), "v": list(rows.values())})
+
+    store = DeltaRsStore()
+    _commit(store, path, b({big: "b0", Decimal(5): "b0"}), None, 0)
+    _commit(store, path, b({Decimal(5): "b1"}), [[Decimal(5)]], 1)
+    if change == "schema back and forth":  # the output's SQL changed its columns, then changed back
+        c = pa.table({"id": pa.array([1], pa.int64()), "v": pa.array([Decimal(1)], d38)})
+        _commit(store, path, c, None, 2)
+        _commit(store, path, b({big: "b4", Decimal(5): "b4"}), None, 4)
+    else:  # a backup restored, or the table rewritten by a tool that sets no properties
+        shutil.rmtree(path)
+        write_deltalake(str(path), b({big: "b4", Decimal(5): "b4"}))
+    _commit(store, path, b({Decimal(1): "b5"}), [[Decimal(1)]], 5)  # another file
+    _commit(store, path, b({big: "b6"}), [[big]], 6)
+    got = sorted((r["id"], r["v"]) for r in store.read(path).to_pylist())
+    assert got == [(Decimal(1), "b5"), (Decimal(5), "b4"), (big, "b6")]
+
+
+def test_a_rewrite_refuses_rows_outside_the_partitions_it_replaces(tmp_path: Path) -> None:
+    # Never from a correct join stage; committed, such a row would sit beside its key's old one.
+    from txjoin.errors import SinkError
+
+    path, store = tmp_path / "out", DeltaRsStore()
+    _commit(store, path, _table([1, 2], "a"), None, 0)
+    with pytest.raises(SinkError, match="1 of them outside the partitions it replaces"):
+        _commit(store, path, _table([1], "x"), [[i] for i in range(-4000, 4002, 2)], 1)  # a key range
+    assert _content(store, path) == {1: "a1", 2: "a2"}
+
+
 def test_a_stats_columns_list_is_changed_only_when_it_keeps_a_lossy_column() -> None:
     """Each change of the table's properties is a version of its own: one is made only where delta-rs
     would otherwise keep statistics of a numeric past 15 digits."""

@@ -338,19 +338,18 @@ class DeltaRsStore:
 
     def _settled(self, path: Path, schema: pa.Schema | None = None) -> DeltaTable | None:
         """:meth:`_table`, with this store's properties for ``schema`` (:meth:`_configuration`): set
-        before a table's first write of ``schema`` in this process when it has others (made before they
-        were set, or under another spec), by a commit that changes no row and carries the latest
-        version's cut and batch, as a compaction's does. :data:`STATS_COLUMNS` is set only where the
-        table would keep statistics of a column whose statistics are lossy (another schema's list
-        that names no such column stays)."""
+        before a write of ``schema`` to a table that has others (made before they were set, under
+        another spec or schema, or by another writer), by a commit that changes no row and carries the
+        latest version's cut and batch, as a compaction's does. Checked at every write: the table may
+        have been replaced meanwhile. :data:`STATS_COLUMNS` is set only where the table would keep
+        statistics of a column whose statistics are lossy (another schema's list that names no such
+        column stays)."""
         from deltalake import CommitProperties
 
         table = self._table(path)
+        if table is None:
+            return None
         want = self._configuration(schema)
-        seen = (str(path), tuple(sorted(want.items())))
-        done: set[tuple[str, tuple[tuple[str, str], ...]]] = self._local.__dict__.setdefault("settled", set())
-        if table is None or seen in done:
-            return table
         have = table.metadata().configuration
         changed = {k: v for k, v in want.items() if k != STATS_COLUMNS and have.get(k) != v}
         if schema is not None and _keeps_lossy(schema, have.get(STATS_COLUMNS)):
@@ -361,7 +360,6 @@ class DeltaRsStore:
             props = CommitProperties(custom_metadata=meta)
             table.alter.set_table_properties(changed, commit_properties=props)
             table = self._current(path)
-        done.add(seen)
         return table
 
     def _current(self, path: Path) -> DeltaTable:
@@ -550,18 +548,20 @@ class DeltaRsStore:
         rows in it, in key ``order``. Raises if a batch row is in no piece."""
         import pyarrow.dataset as ds
 
-        placed = 0
+        placed = outside = 0
         for where, paths in pieces:
             old = ds.dataset([str(path / unquote(f)) for f in paths], schema=schema, format="parquet")
             old_rows = old.to_table(filter=where)
             new = rows.filter(where) if where is not None else rows.slice(0, 0)
             placed += new.num_rows
+            outside += new.num_rows - (pc.sum(replaced.holds(new)).as_py() or 0)  # beside their old rows
             kept = old_rows.filter(pc.invert(replaced.holds(old_rows)))
             yield from _sorted(pa.concat_tables([kept, new]), order).to_batches()
-        if placed != rows.num_rows:  # would be lost: the overwrite's predicate covers every key
+        if placed != rows.num_rows or outside:  # lost, or duplicated: nothing may be committed
             raise SinkError(
-                f"internal error: a rewrite of {path} placed {placed} of the batch's "
-                f"{rows.num_rows} rows in its pieces; nothing was committed. Please report it",
+                f"internal error: a rewrite of {path} placed {placed} of the batch's {rows.num_rows} "
+                f"rows in its pieces, {outside} of them outside the partitions it replaces; nothing "
+                "was committed. Please report it",
                 path=str(path),
             )
 
