@@ -328,9 +328,12 @@ def _cache_dir() -> Path | None:
         if os.access(base, os.W_OK):
             return base
     private = Path(tempfile.gettempdir()) / f"txjoin-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        private.mkdir(mode=0o700)
-    st = os.lstat(private)
+    try:
+        with contextlib.suppress(FileExistsError):
+            private.mkdir(mode=0o700)
+        st = os.lstat(private)
+    except OSError:  # no usable temp directory either
+        return None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None  # a symbolic link, or someone else's: no shared home, no class archive
     return private
