@@ -43,6 +43,7 @@ MUTATIONS = {
     "jsonb-as-text": "json/jsonb values are embedded in built JSON as quoted strings",
     "partition-leaves": "a partitioned table's changes arrive under its leaves' names and are dropped",
     "double-commit": "a batch's output commit is applied again without the idempotence check (rows doubled)",
+    "offset-reader-skips": "txjoin run's changelog reader (by offset) skips tables' segments",
 }
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import psycopg2
 
 from txjoin.changelog import ChangelogReader
+from txjoin.decode import ReaderKind
 from txjoin.errors import TxJoinError
 from txjoin.pipeline import Pipeline
 from txjoin.runner import CaptureThreads
@@ -237,8 +238,11 @@ def run_check(
     timeout: float = 120,
     lost_after: float = 30,
     capture_overrides: Mapping[str, Any] | None = None,
+    changelog_reader: ReaderKind = "files",
 ) -> CheckResult:
-    """One run of ``workload`` through capture, the pipeline and Delta, checked at every version."""
+    """One run of ``workload`` through capture, the pipeline and Delta, checked at every version.
+    ``changelog_reader``: "offsets" reads the changelog as ``txjoin run`` does; "files" (Spark's file
+    source) starts a query 0.4 s sooner, and a check starts one per trigger."""
     # Every batch moves every output to its cut (an idle commit where unchanged): the
     # versions to check then follow the workload's triggers, not the wall clock. Every version
     # stays in the Delta log until it is checked.
@@ -252,10 +256,7 @@ def run_check(
     captures.start(timeout)
     try:
         pipeline = Pipeline(spec, spark)
-        # A check starts a query per trigger on a changelog that lives for seconds: Spark's file
-        # source starts 0.4 s sooner than the offset reader (a Python process per query), and
-        # its listing cost never grows here.
-        pipeline.changelog_reader = "files"
+        pipeline.changelog_reader = changelog_reader
         oracle = oracle_for(spec, pipeline.plans)
         for s in spec.sources:
             oracle.record(s, _ends(spec.changelog, s)[0])  # the snapshot: nothing else commits now

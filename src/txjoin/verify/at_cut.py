@@ -79,10 +79,15 @@ def verify_output(
     history = delta.history(out.path)
     commit = history[-1] if version is None else next((c for c in history if c.version == version), None)
     if commit is None:
+        why = (
+            f"the Delta log keeps versions for output_log_retention = {spec.options.output_log_retention!r}; "
+            "raise it in [options] to keep more"
+            if version is not None and version < history[0].version
+            else "it has not been written yet"
+        )
         raise SinkError(
             f"output {output!r} has no version {version}: versions are {history[0].version}.."
-            f"{history[-1].version} (the Delta log keeps output_log_retention = "
-            f"{spec.options.output_log_retention!r} of them; raise it in [options] to keep more)"
+            f"{history[-1].version} ({why})"
         )
     if not commit.cut:
         raise SinkError(f"version {commit.version} of {out.path} has no txjoin cut in its commit metadata")
