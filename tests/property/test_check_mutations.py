@@ -6,7 +6,7 @@ workers see it too), on a spec whose SQL exercises what the fault breaks,
 with the command's default settings except ``--no-shrink`` (shrinking only
 makes the report smaller). The mutation score, caught / injected, is
 printed; every fault must be caught. Run by ``make test-thorough``: nine
-checks take about eleven minutes.
+checks took 294 s on 2026-11-30.
 """
 
 from __future__ import annotations
