@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -418,7 +418,7 @@ def _stop_spark_context() -> None:
 
 
 #: What :func:`finish_class_archive` still has to do.
-_finishers: list[Any] = []
+_finishers: list[Callable[[], None]] = []
 
 
 def finish_class_archive() -> None:

@@ -82,10 +82,6 @@ Part = tuple[str, int, int, str]
 Decoder = Callable[[str, int, int, str, bytes, Any, Any], Any]
 
 
-def _trimmed_on_purpose(topic: str) -> bool:
-    return is_heartbeat_topic(topic)
-
-
 def source_topics(root: Path, sources: Sequence[str]) -> list[str]:
     """Topic directories of ``sources`` under ``root`` (``<source>.*``, as Spark's file source
     read them); transaction topics first."""
@@ -122,7 +118,7 @@ class Gap:
 def _contiguous(topic: str, parts: list[Part], start: int | None) -> tuple[int, int]:
     """How many of ``parts`` (sorted) continue ``start`` without a gap, and the offset after."""
     expected = start or 0
-    if parts and _trimmed_on_purpose(topic):
+    if parts and is_heartbeat_topic(topic):
         expected = max(expected, parts[0][1])
     k = 0
     while k < len(parts) and parts[k][1] == expected:
@@ -282,7 +278,7 @@ def plan_partitions(
                 break
             parts.append(p)
             reached = p[2] + 1
-        if reached < stop and not _trimmed_on_purpose(topic):
+        if reached < stop and not is_heartbeat_topic(topic):
             # Planned when they were visible (a replay after a restart, or a segment deleted
             # since): reading on would commit offsets never read.
             if gap is not None:
@@ -345,8 +341,8 @@ def read_segments(parts: Sequence[Part], decoder: Decoder | None = None) -> Iter
         if seg is None:
             continue
         data, ends, values = seg
-        table_topic = not topic.endswith(TRANSACTION_SUFFIX) and not _trimmed_on_purpose(topic)
-        if table_topic and mutated("offset-reader-skips"):
+        markers = topic.endswith(TRANSACTION_SUFFIX) or is_heartbeat_topic(topic)
+        if not markers and mutated("offset-reader-skips"):
             continue  # the deliberate fault: a table's segments are unread, their offsets committed
         if decoder is not None:
             yield decoder(topic, first, last, path, data, ends, values)
@@ -374,7 +370,7 @@ def _segment(topic: str, first: int, last: int, path: str) -> tuple[bytes, Any, 
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        if _trimmed_on_purpose(topic):
+        if is_heartbeat_topic(topic):
             return None
         raise ChangelogError(
             f"segment {path} of topic {topic} was deleted before Spark read it: the changelog "

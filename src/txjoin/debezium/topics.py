@@ -67,6 +67,4 @@ def heartbeat_topic(prefix: str) -> str:
 def is_heartbeat_topic(topic: str) -> bool:
     """Whether ``topic`` is a heartbeat topic: ``<prefix>.heartbeat`` exactly (a table named
     ``heartbeat`` is ``<prefix>.<schema>.heartbeat``) or Debezium's own."""
-    return (topic.endswith(HEARTBEAT_SUFFIX) and topic.count(".") == 1) or topic.startswith(
-        DEBEZIUM_HEARTBEAT_PREFIX
-    )
+    return re.match(HEARTBEAT_TOPIC_RE, topic) is not None or topic.startswith(DEBEZIUM_HEARTBEAT_PREFIX)

@@ -33,7 +33,7 @@ from txjoin.join.plan.allowlist import (
     type_class,
 )
 from txjoin.join.plan.model import Analysis, refuse
-from txjoin.join.plan.typerules import cast_type, numeric_ps
+from txjoin.join.plan.typerules import base_type, cast_type, numeric_ps
 
 __all__ = ["check", "dscale", "enum_labels", "implicit_casts", "quotient_scale"]
 
@@ -162,7 +162,7 @@ def _check_json_equality(node: exp.Expression, a: Analysis) -> None:
         return
     for x in operands:
         t = pg_type(x, a)
-        if t is not None and t.split("(", 1)[0] in ("json", "jsonb"):
+        if t is not None and base_type(t) in ("json", "jsonb"):
             raise refuse(
                 a.output,
                 f"{what} over {t}",
