@@ -595,3 +595,60 @@ def test_jsonb_member_uses_txjoin_cannot_match_are_refused(expression: str, why:
 )
 def test_substring_bounds_where_spark_differs_are_refused(expression: str) -> None:
     assert "not a constant of the range" in str(refusal(f"SELECT t.id, {expression} AS x FROM t"))
+
+
+# -- the database's default collation -------------------------------------------------------
+
+
+def plan_under(sql: str, default: str, key: tuple[str, ...] = ("id",)) -> OutputPlan:
+    """Plan over t with text column t under en-US, tc under C, in a database whose default is
+    ``default`` ('': unknown)."""
+    types = {**T_TYPES, "tc": "text", "e": "enum:mood"}
+    q = Q("public", "t")
+    info = TableInfo(
+        q, "s", tuple(types), ("id",), types=types, collations={"t": "en-US", "tc": "C"},
+        enums={"e": ("Open", "closed")}, default_collation=default,
+    )  # fmt: skip
+    return plan_output("out", sql, key, {q: info})
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "t.e::text > 'a'",  # enum::text: the default collation
+        "t.i::text < 'B'",
+        "t.i || 'x' > 'B'",
+        "t.j1 ->> 'k' < 'x'",
+        "'a' < 'B'",  # two constants
+        "(CASE WHEN t.i > 0 THEN 'a' ELSE 'B' END) BETWEEN 'a' AND 'z'",
+    ],
+)
+def test_text_of_no_text_column_orders_under_the_databases_default(condition: str) -> None:
+    sql = f"SELECT t.id FROM t WHERE {condition}"
+    plan_under(sql, "C")
+    for default, named in (("en-US", "'en-US'"), ("", "\"the database's default\"")):
+        with pytest.raises(UnsupportedQuery, match=f"ordering text under the collation {named}"):
+            plan_under(sql, default)
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "t.tc < 'B'",  # a C column's implicit collation beats the constant's default
+        "t.tc || t.i < 'B'",
+        "t.e::text COLLATE \"C\" > 'a'",
+        "(t.t COLLATE \"C\") < t.tc",  # explicit beats t's implicit en-US
+        "t.i < 5",
+        "t.e < 'closed'",  # an enum orders by its labels' order, not as text
+    ],
+)
+def test_a_c_collation_decides_over_the_default(condition: str) -> None:
+    plan_under(f"SELECT t.id FROM t WHERE {condition}", "en-US")
+
+
+def test_case_mapping_of_default_text_follows_the_database() -> None:
+    sql = "SELECT t.id, upper(t.e::text) AS u FROM t"
+    assert "TRANSLATE(" in plan_under(sql, "C").spark_sql
+    assert "UPPER(CAST(" in plan_under(sql, "en-US").spark_sql
+    with pytest.raises(UnsupportedQuery, match="upper\\(\\) under the collation 'de-DE'"):
+        plan_under(sql, "de-DE")

@@ -37,6 +37,7 @@ def table_info(table: Table) -> TableInfo:
         types={c.name: f"enum:{c.type.name}" if c.enum_labels else c.type.label for c in table.columns},
         collations={c.name: c.collation for c in table.columns if c.collation},
         enums={c.name: c.enum_labels for c in table.columns if c.enum_labels},
+        default_collation=table.default_collation,
     )
 
 

@@ -12,7 +12,7 @@ generator and scratch copies.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from txjoin.errors import ConfigError, SourceError
@@ -103,6 +103,10 @@ class Table:
     #: Primary key, unique and check constraints, as CREATE TABLE would list them.
     constraints: tuple[str, ...] = ()
     foreign_keys: tuple[ForeignKey, ...] = ()
+    #: The database's default collation ('C', an ICU or libc locale; '' when not read from a
+    #: catalog): text computed from no text column (casts, constants, ->>) orders under it.
+    #: A database keeps it for life, so it is no part of the table's schema.
+    default_collation: str = field(default="", compare=False)
 
     def column(self, name: str) -> Column:
         for c in self.columns:
@@ -265,7 +269,9 @@ def describe(
                     table=str(t),
                 )
             constraints, foreign_keys = _constraints(cur, oid)
-            out[t] = Table(t, source, columns, pk, oid, kind, ident, constraints, foreign_keys)
+            out[t] = Table(
+                t, source, columns, pk, oid, kind, ident, constraints, foreign_keys, default_collation
+            )
     return out
 
 

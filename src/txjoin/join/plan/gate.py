@@ -68,7 +68,7 @@ def check(tree: exp.Expression, a: Analysis) -> None:
                 raise refuse(
                     a.output, f"ORDER BY over {_label(t)}", "order by numbers, text, dates or times", node
                 )
-            _check_order(node.this, a, node)
+            _check_order([node.this], a, node)
             continue
         if isinstance(node, STRUCTURE):
             continue
@@ -131,8 +131,7 @@ def check(tree: exp.Expression, a: Analysis) -> None:
             continue  # the operand itself is refused when the walk reaches it
         _check_json_equality(node, a)
         if isinstance(node, _ORDERING):
-            for x in args_of(node):
-                _check_order(x, a, node)
+            _check_order(args_of(node), a, node)
         if isinstance(node, exp.Extract | exp.TimestampTrunc):
             _check_date_field(node, a)
         if isinstance(node, exp.Lower | exp.Upper):
@@ -340,7 +339,7 @@ def _check_enum_constants(node: exp.Expression, types: list[str], a: Analysis) -
 def case_mapping(node: Any, a: Analysis) -> str:
     """How lower/upper map case here: 'ascii' (C: only A-Z change), 'unicode'
     (English or root ICU locales: Java's mapping is the same), else refused."""
-    coll = _collation(node.this, a)
+    coll = _collation([node.this], a)
     if coll == "C":
         return "ascii"
     if coll.split("-")[0].split("_")[0].lower() in ("en", "und", "root", "") and "_" not in coll:
@@ -403,29 +402,63 @@ def _collate_name(node: exp.Collate) -> str:
     return "C" if name in ("C", "POSIX", "ucs_basic") else name
 
 
-def _collation(node: exp.Expression, a: Analysis) -> str:
-    """The collation ordering a text expression: 'C' unless a column of another collation feeds it."""
+#: The collation of text computed from no text column (constants, casts to text, ->>).
+_DEFAULT = "default"
+_TEXT = ("text", "bpchar", UNKNOWN)
+
+
+def _derive(node: exp.Expression, a: Analysis) -> tuple[str, bool] | None:
+    """PostgreSQL's collation derivation, simplified: (collation, explicit) of ``node``;
+    None when no text is involved (numbers, booleans, comparisons' results)."""
+    if isinstance(node, exp.Paren):
+        return _derive(node.this, a)
     if isinstance(node, exp.Collate):
-        return _collate_name(node)
-    if isinstance(node, exp.JSONExtractScalar):
-        return "the database's default"  # ->> yields text of the default collation, whatever jsonb's
+        return _collate_name(node), True
+    t = pg_type(node, a)
+    if t is not None and type_class(t) not in _TEXT:
+        return None
     if isinstance(node, exp.Column):
         info = a.aliases.get(node.table)
-        return info.collations.get(node.name, "C") if info is not None else "C"
-    for child in node.iter_expressions():
-        c = _collation(child, a)
-        if c != "C":
-            return c
-    return "C"
+        return (info.collations.get(node.name, "C") if info is not None else "C"), False
+    if isinstance(node, exp.Literal | exp.JSONExtractScalar):
+        return _DEFAULT, False  # ->> yields text of the default collation, whatever jsonb's
+    if isinstance(node, exp.Cast):
+        return _derive(node.this, a) or (_DEFAULT, False)  # enum::text, n::text: the default
+    found = [_derive(x, a) for x in node.iter_expressions() if not isinstance(x, exp.DataType)]
+    return _combine([f for f in found if f is not None])
 
 
-def _check_order(node: exp.Expression, a: Analysis, where: exp.Expression) -> None:
-    """Refuse ordering text under a collation Spark does not implement."""
-    t = pg_type(node, a)
-    if t is None or type_class(t) not in ("text", UNKNOWN):
-        return
-    coll = _collation(node, a)
+def _combine(found: list[tuple[str, bool]]) -> tuple[str, bool]:
+    """An explicit COLLATE wins, then a text column's collation (a non-C one first, since
+    mixing two is refused anyway), then the default."""
+    for explicit in (True, False):
+        names = [c for c, e in found if e == explicit and c != _DEFAULT]
+        if names:
+            return next((c for c in names if c != "C"), "C"), explicit
+    return _DEFAULT, False
+
+
+def _collation(nodes: list[exp.Expression], a: Analysis) -> str:
+    """The collation ordering text computed by ``nodes`` together (a comparison's operands):
+    'C' unless a column of another collation, or the database's default, decides it."""
+    coll, _ = _combine([d for d in (_derive(x, a) for x in nodes) if d is not None])
+    if coll != _DEFAULT:
+        return coll
+    defaults = {info.default_collation for info in a.aliases.values()}
+    if defaults == {"C"}:
+        return "C"
+    return next(iter(sorted(d for d in defaults if d and d != "C")), "the database's default")
+
+
+def _check_order(nodes: list[exp.Expression], a: Analysis, where: exp.Expression) -> None:
+    """Refuse ordering text (``nodes``: what one comparison, min/max or ORDER BY orders) under a
+    collation Spark does not implement."""
+    known = [t for t in (pg_type(x, a) for x in nodes) if t is not None]
+    if not known or any(type_class(t) not in ("text", UNKNOWN) for t in known):
+        return  # not text (n < '5' compares numbers), or refused by the walk already
+    coll = _collation(nodes, a)
     if coll != "C" and not mutated("binary-collation"):
+        node = next((x for x in nodes if pg_type(x, a) != UNKNOWN), nodes[0])
         text = node.sql(dialect="postgres")
         collated = f'{text if isinstance(node, exp.Column) else "(" + text + ")"} COLLATE "C"'
         raise refuse(

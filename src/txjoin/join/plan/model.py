@@ -38,6 +38,9 @@ class TableInfo:
     collations: Mapping[str, str] = field(default_factory=dict, hash=False)
     #: Enum column -> its labels in declared order (its type is 'enum:<typname>').
     enums: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    #: The source database's default collation, which orders text computed from no text column
+    #: (casts to text, string constants, ->>); '' when unknown, which orders as no 'C' does.
+    default_collation: str = ""
 
 
 @dataclass(frozen=True)
