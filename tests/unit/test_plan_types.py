@@ -652,3 +652,12 @@ def test_case_mapping_of_default_text_follows_the_database() -> None:
     assert "UPPER(CAST(" in plan_under(sql, "en-US").spark_sql
     with pytest.raises(UnsupportedQuery, match="upper\\(\\) under the collation 'de-DE'"):
         plan_under(sql, "de-DE")
+
+
+def test_two_columns_collations_conflict_where_one_must_decide() -> None:
+    # PostgreSQL takes tc's C if t has the database's default collation (lower() maps ASCII
+    # only), and raises if t's was declared: txjoin cannot tell which, so it refuses.
+    for sql in ("SELECT t.id, lower(t.t || t.tc) AS x FROM t", "SELECT t.id FROM t WHERE t.t || t.tc < 'a'"):
+        with pytest.raises(UnsupportedQuery, match=r"collation 'conflicting \(C, en-US\)'"):
+            plan_under(sql, "C")
+    plan_under('SELECT t.id FROM t WHERE (t.t || t.tc) COLLATE "C" < \'a\'', "en-US")

@@ -429,12 +429,15 @@ def _derive(node: exp.Expression, a: Analysis) -> tuple[str, bool] | None:
 
 
 def _combine(found: list[tuple[str, bool]]) -> tuple[str, bool]:
-    """An explicit COLLATE wins, then a text column's collation (a non-C one first, since
-    mixing two is refused anyway), then the default."""
+    """An explicit COLLATE wins, then a text column's collation, then the default. Of two
+    columns' collations PostgreSQL takes the one that is not its database's default, or raises
+    if neither is; the catalog does not say which, so two conflict and are refused."""
     for explicit in (True, False):
-        names = [c for c, e in found if e == explicit and c != _DEFAULT]
+        names = sorted({c for c, e in found if e == explicit and c != _DEFAULT})
+        if len(names) > 1 and not explicit:
+            return f"conflicting ({', '.join(names)})", False
         if names:
-            return next((c for c in names if c != "C"), "C"), explicit
+            return names[0], explicit
     return _DEFAULT, False
 
 
