@@ -136,8 +136,10 @@ WHERE n.nspname = %s AND c.relname = %s
 _COLUMNS_SQL = """
 SELECT a.attname, a.atttypid, ty.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        CASE WHEN a.attcollation = 0 THEN '' WHEN co.collname = 'default' THEN %s
-            WHEN co.collprovider = 'i' THEN coalesce(to_jsonb(co) ->> 'colliculocale', co.collcollate)
-            WHEN co.collname IN ('C', 'POSIX', 'ucs_basic') THEN 'C' ELSE co.collcollate END,
+            WHEN co.collname IN ('C', 'POSIX', 'ucs_basic') THEN 'C'
+            WHEN co.collprovider = 'i' THEN coalesce(to_jsonb(co) ->> 'colliculocale',
+                                                     to_jsonb(co) ->> 'colllocale', co.collname)
+            ELSE coalesce(nullif(co.collcollate, ''), co.collname) END,
        CASE WHEN ty.typtype = 'e' THEN (SELECT string_agg(e.enumlabel, E'\\x1f' ORDER BY e.enumsortorder)
                                         FROM pg_enum e WHERE e.enumtypid = ty.oid) END,
        CASE WHEN ty.typtype = 'd' THEN (SELECT string_agg(pg_get_constraintdef(dc.oid), E'\\x1f')
@@ -167,10 +169,15 @@ ORDER BY c.contype, c.conname, k.i
 """
 
 
-# The database's default collation (ICU locale or libc LC_COLLATE), across versions.
+# The database's default collation (ICU locale, builtin locale or libc LC_COLLATE), across
+# versions (PostgreSQL 17 renamed daticulocale and colliculocale to datlocale and colllocale, and
+# added the builtin provider, whose C.UTF-8 maps case by Unicode: not C).
 _DB_COLLATION_SQL = """
 SELECT CASE WHEN to_jsonb(d) ->> 'datlocprovider' = 'i'
             THEN coalesce(to_jsonb(d) ->> 'daticulocale', to_jsonb(d) ->> 'datlocale')
+            WHEN to_jsonb(d) ->> 'datlocprovider' = 'b'
+            THEN CASE WHEN to_jsonb(d) ->> 'datlocale' = 'C' THEN 'C'
+                      ELSE 'builtin ' || coalesce(to_jsonb(d) ->> 'datlocale', '') END
             WHEN d.datcollate IN ('C', 'POSIX') THEN 'C' ELSE d.datcollate END
 FROM pg_database d WHERE d.datname = current_database()
 """

@@ -516,7 +516,7 @@ def json_key(node: exp.JSONExtract | exp.JSONExtractScalar) -> str | int | None:
 
 def pg_type(node: exp.Expression, a: Analysis) -> str | None:
     """The PostgreSQL type of ``node``; None where the allowlist does not say."""
-    if isinstance(node, exp.Paren):
+    if isinstance(node, exp.Paren | exp.Filter):
         return pg_type(node.this, a)
     if isinstance(node, exp.Column):
         info = a.aliases.get(node.table)

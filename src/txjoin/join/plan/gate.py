@@ -130,7 +130,10 @@ def check(tree: exp.Expression, a: Analysis) -> None:
         if any(t is None for t in types):
             continue  # the operand itself is refused when the walk reaches it
         _check_json_equality(node, a)
-        if isinstance(node, _ORDERING):
+        if isinstance(node, exp.Between):  # x >= low AND x <= high: two comparisons in PostgreSQL
+            _check_order([node.this, node.args["low"]], a, node)
+            _check_order([node.this, node.args["high"]], a, node)
+        elif isinstance(node, _ORDERING):
             _check_order(args_of(node), a, node)
         if isinstance(node, exp.Extract | exp.TimestampTrunc):
             _check_date_field(node, a)
@@ -410,21 +413,28 @@ _TEXT = ("text", "bpchar", UNKNOWN)
 def _derive(node: exp.Expression, a: Analysis) -> tuple[str, bool] | None:
     """PostgreSQL's collation derivation, simplified: (collation, explicit) of ``node``;
     None when no text is involved (numbers, booleans, comparisons' results)."""
-    if isinstance(node, exp.Paren):
-        return _derive(node.this, a)
+    if isinstance(node, exp.Paren | exp.Filter | exp.Order):
+        return _derive(node.this, a)  # an aggregate's ORDER BY and FILTER do not collate it
     if isinstance(node, exp.Collate):
         return _collate_name(node), True
+    info = a.aliases.get(node.table) if isinstance(node, exp.Column) else None
+    if info is not None and node.name in info.collations:
+        return info.collations[node.name], False  # text, char(n), varchar and their arrays
     t = pg_type(node, a)
     if t is not None and type_class(t) not in _TEXT:
         return None
     if isinstance(node, exp.Column):
-        info = a.aliases.get(node.table)
-        return (info.collations.get(node.name, "C") if info is not None else "C"), False
+        return "C", False  # text columns left out of TableInfo.collations order as under C
     if isinstance(node, exp.Literal | exp.JSONExtractScalar):
         return _DEFAULT, False  # ->> yields text of the default collation, whatever jsonb's
     if isinstance(node, exp.Cast):
         return _derive(node.this, a) or (_DEFAULT, False)  # enum::text, n::text: the default
-    found = [_derive(x, a) for x in node.iter_expressions() if not isinstance(x, exp.DataType)]
+    if isinstance(node, exp.Case):
+        # Only the results: CASE x WHEN's x and the conditions are compared apart.
+        children = [i.args.get("true") for i in node.args.get("ifs") or []] + [node.args.get("default")]
+    else:
+        children = [x for x in node.iter_expressions() if not isinstance(x, exp.DataType)]
+    found = [_derive(x, a) for x in children if x is not None]
     return _combine([f for f in found if f is not None])
 
 
@@ -456,7 +466,7 @@ def _collation(nodes: list[exp.Expression], a: Analysis) -> str:
 def _check_order(nodes: list[exp.Expression], a: Analysis, where: exp.Expression) -> None:
     """Refuse ordering text (``nodes``: what one comparison, min/max or ORDER BY orders) under a
     collation Spark does not implement."""
-    known = [t for t in (pg_type(x, a) for x in nodes) if t is not None]
+    known = [t for t in (pg_type(x, a) for x in nodes) if t not in (None, NULL)]
     if not known or any(type_class(t) not in ("text", UNKNOWN) for t in known):
         return  # not text (n < '5' compares numbers), or refused by the walk already
     coll = _collation(nodes, a)
