@@ -30,6 +30,10 @@ DDL = {
         CREATE TYPE mood AS ENUM ('Open', 'closed', 'ÉTÉ');
         CREATE TABLE t (id int PRIMARY KEY, i int, t text, tc text COLLATE "C", e mood, j1 jsonb);
     """,
+    "ci": """
+        CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+        CREATE TABLE t (id int PRIMARY KEY, i int, name text COLLATE ci);
+    """,
     "c": """
         CREATE TABLE t (id int PRIMARY KEY, i int, t text, tu text COLLATE "en-US-x-icu",
                         arrc text[] COLLATE "en-US-x-icu");
@@ -82,6 +86,18 @@ CASES = [
      "SELECT t.i, lower(string_agg(t.e::text, ',' ORDER BY t.tc)) AS l FROM t GROUP BY t.i",
      "INSERT INTO t (id, i, tc, e) VALUES (1, 1, 'x', 'ÉTÉ')",
      "SELECT t.i, {lower(string_agg(t.e::text, ',' ORDER BY t.tc))} FROM t GROUP BY t.i"),
+    ("ci", "= under a nondeterministic collation takes 'ABC' for 'abc'",
+     "SELECT t.id FROM t WHERE t.name = 'abc'",
+     "INSERT INTO t (id, name) VALUES (1, 'ABC')",
+     "SELECT t.id FROM t WHERE t.name COLLATE \"C\" = 'abc'"),
+    ("ci", "GROUP BY under a nondeterministic collation",
+     "SELECT t.i, count(DISTINCT t.name) AS n FROM t GROUP BY t.i",
+     "INSERT INTO t (id, i, name) VALUES (1, 1, 'ABC'), (2, 1, 'abc')",
+     "SELECT t.i, count(DISTINCT t.name COLLATE \"C\") FROM t GROUP BY t.i"),
+    ("ci", "COLLATE \"C\" over a nondeterministic column compares bytes",
+     "SELECT t.id, t.name COLLATE \"C\" AS name FROM t WHERE t.name COLLATE \"C\" = 'abc'",
+     "INSERT INTO t (id, name) VALUES (1, 'ABC'), (2, 'abc')",
+     "SELECT t.id, t.name COLLATE \"C\" FROM t WHERE t.name COLLATE \"C\" = 'abc'"),
 ]  # fmt: skip
 
 
@@ -91,7 +107,7 @@ def databases(pg_server: Any) -> Iterator[dict[str, tuple[Any, Any]]]:
     try:
         for kind, ddl in DDL.items():
             name = f"collation_cases_{kind}"
-            if kind == "en":
+            if kind in ("en", "ci"):
                 dsn = en_us_database(pg_server, name)
             else:
                 admin.drop_database(pg_server.dsn(), name)
@@ -137,3 +153,14 @@ def test_accepted_text_semantics_are_postgresqls(databases: dict[str, tuple[Any,
         txjoin = sorted(cur.fetchall(), key=repr)
     conn.rollback()
     assert postgresql == txjoin, f"accepted {sql}: PostgreSQL {postgresql}, txjoin {txjoin}"
+
+
+def test_a_nondeterministic_collation_is_refused_with_its_remedy(databases: dict[str, tuple[Any, Any]]) -> None:
+    _, info = databases["ci"]
+    assert info.collations["name"] == "nondeterministic und-u-ks-level2"
+    with pytest.raises(UnsupportedQuery) as refused:
+        plan_output("o", "SELECT t.id, t.name FROM t", ("id",), {T: info})
+    message = str(refused.value)
+    assert "whose collation is nondeterministic und-u-ks-level2" in message
+    assert 'write `t.name COLLATE "C"`' in message
+    plan_output("o", 'SELECT t.id, (t.name) COLLATE "C" AS name FROM t', ("id",), {T: info})

@@ -21,6 +21,7 @@ from txjoin.pg.names import QualifiedName
 from txjoin.pg.types import ColumnType
 
 __all__ = [
+    "NONDETERMINISTIC",
     "Column",
     "ForeignKey",
     "Table",
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 
+#: How a column's collation is named when it takes values whose bytes differ as equal.
+NONDETERMINISTIC = "nondeterministic "
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -42,7 +47,8 @@ class Column:
     not_null: bool = False
     #: The collation deciding this text column's order: 'C', 'POSIX', an ICU
     #: locale ('en-US') or a libc one ('en_US.utf8'); the database's for
-    #: 'default'. '' for types without collation.
+    #: 'default'; 'nondeterministic <locale>' for one that takes different bytes as equal.
+    #: '' for types without collation.
     collation: str = ""
     #: An enum's labels in their declared order (``pg_enum.enumsortorder``); () for other types.
     enum_labels: tuple[str, ...] = ()
@@ -137,9 +143,11 @@ _COLUMNS_SQL = """
 SELECT a.attname, a.atttypid, ty.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        CASE WHEN a.attcollation = 0 THEN '' WHEN co.collname = 'default' THEN %s
             WHEN co.collname IN ('C', 'POSIX', 'ucs_basic') THEN 'C'
-            WHEN co.collprovider = 'i' THEN coalesce(to_jsonb(co) ->> 'colliculocale',
-                                                     to_jsonb(co) ->> 'colllocale', co.collname)
-            ELSE coalesce(nullif(co.collcollate, ''), co.collname) END,
+            ELSE CASE WHEN NOT co.collisdeterministic THEN %s ELSE '' END
+                 || CASE WHEN co.collprovider = 'i'
+                         THEN coalesce(to_jsonb(co) ->> 'colliculocale', to_jsonb(co) ->> 'colllocale',
+                                       co.collname)
+                         ELSE coalesce(nullif(co.collcollate, ''), co.collname) END END,
        CASE WHEN ty.typtype = 'e' THEN (SELECT string_agg(e.enumlabel, E'\\x1f' ORDER BY e.enumsortorder)
                                         FROM pg_enum e WHERE e.enumtypid = ty.oid) END,
        CASE WHEN ty.typtype = 'd' THEN (SELECT string_agg(pg_get_constraintdef(dc.oid), E'\\x1f')
@@ -253,7 +261,7 @@ def describe(
                     f"{t} on {where} is not a table (relkind {kind!r}); only tables can be captured",
                     table=str(t),
                 )
-            cur.execute(_COLUMNS_SQL, (default_collation, oid))
+            cur.execute(_COLUMNS_SQL, (default_collation, NONDETERMINISTIC, oid))
             columns = tuple(
                 Column(
                     n,

@@ -34,6 +34,7 @@ from txjoin.join.plan.allowlist import (
 )
 from txjoin.join.plan.model import Analysis, refuse
 from txjoin.join.plan.typerules import base_type, cast_type, numeric_ps
+from txjoin.pg.catalog import NONDETERMINISTIC
 
 __all__ = ["check", "dscale", "enum_labels", "implicit_casts", "quotient_scale"]
 
@@ -497,6 +498,23 @@ def _check_column(col: exp.Column, a: Analysis) -> None:
             "SQL may use'); leave the column out of the output's SQL, or change its type at the source",
             col,
         )
+    coll = info.collations.get(col.name, "")
+    if coll.startswith(NONDETERMINISTIC) and not isinstance(_unparen(col.parent), exp.Collate):
+        raise refuse(
+            a.output,
+            f"column {col.table}.{col.name} of {info.name}, whose collation is {coll}",
+            "PostgreSQL takes values whose bytes differ as equal under it (=, IN, GROUP BY, "
+            f"DISTINCT, joins, LIKE), where Spark compares bytes; write `{col.sql(dialect='postgres')} "
+            'COLLATE "C"` to compare its bytes, or give the column a deterministic collation',
+            col,
+        )
+
+
+def _unparen(node: Any) -> Any:
+    """The first ancestor-or-self of ``node`` that is not a parenthesis."""
+    while isinstance(node, exp.Paren):
+        node = node.parent
+    return node
 
 
 _LABELS = {
