@@ -661,3 +661,10 @@ def test_two_columns_collations_conflict_where_one_must_decide() -> None:
         with pytest.raises(UnsupportedQuery, match=r"collation 'conflicting \(C, en-US\)'"):
             plan_under(sql, "C")
     plan_under('SELECT t.id FROM t WHERE (t.t || t.tc) COLLATE "C" < \'a\'', "en-US")
+
+
+def test_two_explicit_collations_are_refused_as_postgresql_raises() -> None:
+    # PostgreSQL: collation mismatch between explicit collations "C" and "POSIX".
+    with pytest.raises(UnsupportedQuery, match=r"collation 'conflicting \(C, POSIX\)'"):
+        plan_under('SELECT t.id FROM t WHERE t.tc COLLATE "C" < t.t COLLATE "POSIX"', "C")
+    plan_under('SELECT t.id FROM t WHERE t.tc COLLATE "POSIX" < t.t COLLATE "POSIX"', "en-US")

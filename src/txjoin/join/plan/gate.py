@@ -400,10 +400,13 @@ def _check_condition(node: exp.Expression, a: Analysis) -> None:
 _ORDERING = (exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between, exp.Min, exp.Max)
 
 
-def _collate_name(node: exp.Collate) -> str:
+def _collate_name(node: exp.Collate, raw: bool = False) -> str:
     name = node.expression.name if isinstance(node.expression, exp.Column | exp.Identifier) else ""
     name = name or node.expression.sql(dialect="postgres").strip('"')
-    return "C" if name in ("C", "POSIX", "ucs_basic") else name
+    return "C" if name in _BYTE_ORDER and not raw else name
+
+
+_BYTE_ORDER = ("C", "POSIX", "ucs_basic")
 
 
 #: The collation of text computed from no text column (constants, casts to text, ->>).
@@ -417,7 +420,7 @@ def _derive(node: exp.Expression, a: Analysis) -> tuple[str, bool] | None:
     if isinstance(node, exp.Paren | exp.Filter | exp.Order):
         return _derive(node.this, a)  # an aggregate's ORDER BY and FILTER do not collate it
     if isinstance(node, exp.Collate):
-        return _collate_name(node), True
+        return _collate_name(node, raw=True), True  # two explicit names differ even if alike
     info = a.aliases.get(node.table) if isinstance(node, exp.Column) else None
     if info is not None and node.name in info.collations:
         return info.collations[node.name], False  # text, char(n), varchar and their arrays
@@ -445,10 +448,10 @@ def _combine(found: list[tuple[str, bool]]) -> tuple[str, bool]:
     if neither is; the catalog does not say which, so two conflict and are refused."""
     for explicit in (True, False):
         names = sorted({c for c, e in found if e == explicit and c != _DEFAULT})
-        if len(names) > 1 and not explicit:
+        if len(names) > 1:  # explicit ones: PostgreSQL raises (COLLATE "C" against "POSIX")
             return f"conflicting ({', '.join(names)})", False
         if names:
-            return names[0], explicit
+            return "C" if names[0] in _BYTE_ORDER else names[0], explicit
     return _DEFAULT, False
 
 
