@@ -110,7 +110,9 @@ CASES: dict[str, list[str]] = {
     "aggregate min, max": ["@agg min(i4)", "@agg max(n2)", "@agg max(d)", "@agg min(tz)", "@agg min(f8)"],
     "aggregate FILTER (WHERE ...)": ["@agg count(*) FILTER (WHERE i4 > 0)", "@agg sum(i4) FILTER (WHERE b)",
                                      "@agg json_agg(i4 ORDER BY id) FILTER (WHERE b)",
-                                     "@agg string_agg(t, ',' ORDER BY id) FILTER (WHERE t <> '')"],
+                                     "@agg string_agg(t, ',' ORDER BY id) FILTER (WHERE t <> '')",
+                                     # Typed as their aggregate: integer division, numeric quotient rules.
+                                     "@agg sum(i4) FILTER (WHERE b) / 2", "@agg round(sum(n2) FILTER (WHERE b) / 3, 4)"],
     "aggregate bool_and, bool_or": ["@agg bool_and(b)", "@agg bool_or(b2)"],
     "aggregate json_agg": ["@agg json_agg(i4 ORDER BY id)", "@agg json_agg(t ORDER BY id DESC)",
                            "@agg json_agg(n2 ORDER BY i4, id)", "@agg json_agg(j ORDER BY id)",

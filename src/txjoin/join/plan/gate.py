@@ -238,7 +238,7 @@ def _type_concatenations(tree: exp.Expression, a: Analysis) -> None:
 def dscale(node: exp.Expression, a: Analysis) -> int | None:
     """The display scale PostgreSQL's numeric gives every value of ``node``;
     None where it varies per value (unconstrained numeric, a quotient)."""
-    if isinstance(node, exp.Paren):
+    if isinstance(node, exp.Paren | exp.Filter):
         return dscale(node.this, a)
     t = pg_type(node, a)
     if t is None:
