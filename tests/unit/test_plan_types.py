@@ -668,3 +668,17 @@ def test_two_explicit_collations_are_refused_as_postgresql_raises() -> None:
     with pytest.raises(UnsupportedQuery, match=r"collation 'conflicting \(C, POSIX\)'"):
         plan_under('SELECT t.id FROM t WHERE t.tc COLLATE "C" < t.t COLLATE "POSIX"', "C")
     plan_under('SELECT t.id FROM t WHERE t.tc COLLATE "POSIX" < t.t COLLATE "POSIX"', "en-US")
+
+
+def test_a_declared_collation_decides_over_a_column_of_the_databases_default() -> None:
+    # t has the database's en-US by default, tc declares C: PostgreSQL compares and maps as C.
+    types = {**T_TYPES, "tc": "text"}
+    q = Q("public", "t")
+    info = TableInfo(
+        q, "s", tuple(types), ("id",), types=types, collations={"t": "en-US", "tc": "C"},
+        default_collation="en-US", default_collated=frozenset({"t"}),
+    )  # fmt: skip
+    plan_output("out", "SELECT t.id FROM t WHERE t.t < t.tc", ("id",), {q: info})
+    assert "TRANSLATE(" in plan_output("out", "SELECT t.id, lower(t.t || t.tc) AS l FROM t", ("id",), {q: info}).spark_sql
+    with pytest.raises(UnsupportedQuery, match="collation 'en-US'"):
+        plan_output("out", "SELECT t.id FROM t WHERE t.t < 'x'", ("id",), {q: info})

@@ -38,6 +38,7 @@ def table_info(table: Table) -> TableInfo:
         collations={c.name: c.collation for c in table.columns if c.collation},
         enums={c.name: c.enum_labels for c in table.columns if c.enum_labels},
         default_collation=table.default_collation,
+        default_collated=frozenset(c.name for c in table.columns if c.collation_is_default),
     )
 
 

@@ -54,6 +54,9 @@ class Column:
     enum_labels: tuple[str, ...] = ()
     #: A domain's CHECK constraints ('CHECK ((VALUE >= 0))'); () for other types.
     domain_checks: tuple[str, ...] = ()
+    #: The collation is the database's default, not one the column declares: PostgreSQL then
+    #: lets another column's declared collation decide a comparison of both.
+    collation_is_default: bool = False
 
 
 def column_to_json(c: Column) -> dict[str, Any]:
@@ -68,6 +71,7 @@ def column_to_json(c: Column) -> dict[str, Any]:
         "collation": c.collation,
         "enum_labels": list(c.enum_labels),
         "domain_checks": list(c.domain_checks),
+        "collation_is_default": c.collation_is_default,
     }
 
 
@@ -80,6 +84,7 @@ def column_from_json(d: Mapping[str, Any]) -> Column:
         collation=str(d.get("collation", "")),
         enum_labels=tuple(d.get("enum_labels", ())),
         domain_checks=tuple(d.get("domain_checks", ())),
+        collation_is_default=bool(d.get("collation_is_default", False)),
     )
 
 
@@ -151,7 +156,8 @@ SELECT a.attname, a.atttypid, ty.typname, a.atttypmod, format_type(a.atttypid, a
        CASE WHEN ty.typtype = 'e' THEN (SELECT string_agg(e.enumlabel, E'\\x1f' ORDER BY e.enumsortorder)
                                         FROM pg_enum e WHERE e.enumtypid = ty.oid) END,
        CASE WHEN ty.typtype = 'd' THEN (SELECT string_agg(pg_get_constraintdef(dc.oid), E'\\x1f')
-                    FROM pg_constraint dc WHERE dc.contypid = ty.oid AND dc.contype = 'c') END
+                    FROM pg_constraint dc WHERE dc.contypid = ty.oid AND dc.contype = 'c') END,
+       coalesce(co.collname = 'default', false)
 FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
 LEFT JOIN pg_collation co ON co.oid = a.attcollation
 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -271,8 +277,9 @@ def describe(
                     str(coll or ""),
                     tuple(labels.split("\x1f")) if labels else (),
                     tuple(checks.split("\x1f")) if checks else (),
+                    _true(is_default),
                 )
-                for n, toid, tname, mod, formatted, nn, coll, labels, checks in cur.fetchall()
+                for n, toid, tname, mod, formatted, nn, coll, labels, checks, is_default in cur.fetchall()
             )
             cur.execute(_PRIMARY_KEY_SQL, (oid,))
             pk = tuple(r[0] for r in cur.fetchall())

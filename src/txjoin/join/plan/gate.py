@@ -422,6 +422,8 @@ def _derive(node: exp.Expression, a: Analysis) -> tuple[str, bool] | None:
     if isinstance(node, exp.Collate):
         return _collate_name(node, raw=True), True  # two explicit names differ even if alike
     info = a.aliases.get(node.table) if isinstance(node, exp.Column) else None
+    if info is not None and node.name in info.default_collated:
+        return _DEFAULT, False  # a declared collation beside it decides, as in PostgreSQL
     if info is not None and node.name in info.collations:
         return info.collations[node.name], False  # text, char(n), varchar and their arrays
     t = pg_type(node, a)
@@ -443,9 +445,8 @@ def _derive(node: exp.Expression, a: Analysis) -> tuple[str, bool] | None:
 
 
 def _combine(found: list[tuple[str, bool]]) -> tuple[str, bool]:
-    """An explicit COLLATE wins, then a text column's collation, then the default. Of two
-    columns' collations PostgreSQL takes the one that is not its database's default, or raises
-    if neither is; the catalog does not say which, so two conflict and are refused."""
+    """An explicit COLLATE wins, then a collation a text column declares, then the database's
+    default. Two declared ones conflict: PostgreSQL raises where one must decide."""
     for explicit in (True, False):
         names = sorted({c for c, e in found if e == explicit and c != _DEFAULT})
         if len(names) > 1:  # explicit ones: PostgreSQL raises (COLLATE "C" against "POSIX")

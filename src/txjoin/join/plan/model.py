@@ -41,6 +41,9 @@ class TableInfo:
     #: The source database's default collation, which orders text computed from no text column
     #: (casts to text, string constants, ->>); '' when unknown, which orders as no 'C' does.
     default_collation: str = ""
+    #: Text columns whose collation is the database's default rather than declared: weaker
+    #: than a declared one where both meet, as in PostgreSQL.
+    default_collated: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
