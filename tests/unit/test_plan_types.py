@@ -682,3 +682,22 @@ def test_a_declared_collation_decides_over_a_column_of_the_databases_default() -
     assert "TRANSLATE(" in plan_output("out", "SELECT t.id, lower(t.t || t.tc) AS l FROM t", ("id",), {q: info}).spark_sql
     with pytest.raises(UnsupportedQuery, match="collation 'en-US'"):
         plan_output("out", "SELECT t.id FROM t WHERE t.t < 'x'", ("id",), {q: info})
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        ("1e-1 + t.i", "the number 1e-1"),  # numeric in PostgreSQL, double in Spark
+        ("t.ts::timestamp(0)", "TIMESTAMP(0)"),  # rounds to whole seconds in PostgreSQL
+        ("t.t::varchar(3)", "VARCHAR(3)"),  # cuts to 3 characters in PostgreSQL
+        ("t.i::float(10)", "FLOAT(10)"),  # real in PostgreSQL
+    ],
+)
+def test_constants_and_casts_spark_reads_otherwise_are_refused(expression: str, why: str) -> None:
+    assert why in str(refusal(f"SELECT t.id, {expression} AS x FROM t"))
+
+
+@pytest.mark.parametrize("delimiter", ["NULL", "t.t"])
+def test_string_agg_needs_a_constant_delimiter(delimiter: str) -> None:
+    sql = f"SELECT t.i, string_agg(t.t, {delimiter} ORDER BY t.id) AS x FROM t GROUP BY t.i"
+    assert "delimiter is not a string constant" in str(refusal(sql, ("i",)))

@@ -20,7 +20,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from txjoin.errors import UnsupportedQuery
 from txjoin.join.plan import gate
 from txjoin.join.plan.allowlist import INT4_MAX
-from txjoin.join.plan.model import Analysis, Edge, OutputPlan, TableInfo, any_array, refuse
+from txjoin.join.plan.model import PG, Analysis, Edge, OutputPlan, TableInfo, any_array, refuse
 from txjoin.join.plan.translate import translate
 from txjoin.join.plan.typerules import base_type, cast_type, check_edge_types, check_group_types
 from txjoin.pg.names import QualifiedName
@@ -372,7 +372,7 @@ def _parse(name: str, sql: str) -> exp.Select:
         # sqlglot parses date_part as extract, whose type (numeric) differs from date_part's (float8).
         raise refuse(name, "date_part()", "write extract(field FROM value), which returns numeric")
     try:
-        statements = sqlglot.parse(sql, read="postgres")
+        statements = sqlglot.parse(sql, read=PG)
     except ParseError as e:
         raise UnsupportedQuery(
             f"output {name!r}: the SQL does not parse as PostgreSQL: {e}", output=name
@@ -382,7 +382,7 @@ def _parse(name: str, sql: str) -> exp.Select:
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise UnsupportedQuery(f"output {name!r}: the SQL must be exactly one SELECT statement", output=name)
     # PostgreSQL folds unquoted identifiers to lower case: `FROM Orders` reads orders.
-    select: exp.Select = normalize_identifiers(statements[0], dialect="postgres")
+    select: exp.Select = normalize_identifiers(statements[0], dialect=PG)
     return select
 
 

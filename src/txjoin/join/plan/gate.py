@@ -32,7 +32,7 @@ from txjoin.join.plan.allowlist import (
     text_bounds,
     type_class,
 )
-from txjoin.join.plan.model import Analysis, refuse
+from txjoin.join.plan.model import PG, Analysis, refuse
 from txjoin.join.plan.typerules import base_type, cast_type, numeric_ps
 from txjoin.pg.catalog import NONDETERMINISTIC
 
@@ -48,6 +48,24 @@ def check(tree: exp.Expression, a: Analysis) -> None:
         if isinstance(node, exp.Column):
             _check_column(node, a)
             continue
+        if isinstance(node, exp.Literal) and not node.is_string and "e" in node.this.lower():
+            raise refuse(
+                a.output,
+                f"the number {node.this}",
+                "PostgreSQL reads a constant with an exponent as numeric, Spark as double; write it "
+                "without one (1000, 0.001)",
+                node,
+            )
+        if isinstance(node, exp.GroupConcat) and not (
+            isinstance(node.args.get("separator"), exp.Literal) and node.args["separator"].is_string
+        ):
+            raise refuse(
+                a.output,
+                "string_agg() whose delimiter is not a string constant",
+                "PostgreSQL joins with no delimiter where it is NULL, and Spark needs a constant; "
+                "write a constant ('' for none)",
+                node,
+            )
         if isinstance(node, exp.Is | exp.Filter) or (
             isinstance(node, exp.If) and isinstance(node.parent, exp.Case)
         ):
@@ -402,7 +420,7 @@ _ORDERING = (exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between, exp.Min, exp.Max)
 
 def _collate_name(node: exp.Collate, raw: bool = False) -> str:
     name = node.expression.name if isinstance(node.expression, exp.Column | exp.Identifier) else ""
-    name = name or node.expression.sql(dialect="postgres").strip('"')
+    name = name or node.expression.sql(dialect=PG).strip('"')
     return "C" if name in _BYTE_ORDER and not raw else name
 
 
@@ -477,7 +495,7 @@ def _check_order(nodes: list[exp.Expression], a: Analysis, where: exp.Expression
     coll = _collation(nodes, a)
     if coll != "C" and not mutated("binary-collation"):
         node = next((x for x in nodes if pg_type(x, a) != UNKNOWN), nodes[0])
-        text = node.sql(dialect="postgres")
+        text = node.sql(dialect=PG)
         collated = f'{text if isinstance(node, exp.Column) else "(" + text + ")"} COLLATE "C"'
         raise refuse(
             a.output,
@@ -552,9 +570,9 @@ def _construct(node: exp.Expression) -> str:
     TimeToStr, ->> is JSONExtractScalar) mean nothing to them."""
     if isinstance(node, exp.Anonymous):
         return f"the function {node.name.lower()}()"
-    text = node.sql(dialect="postgres")
+    text = node.sql(dialect=PG)
     if isinstance(node, exp.Binary):  # before the call below: lower(x) ~ 'a' is the operator ~
-        left, right = node.left.sql(dialect="postgres"), node.right.sql(dialect="postgres")
+        left, right = node.left.sql(dialect=PG), node.right.sql(dialect=PG)
         if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
             return f"the operator {text[len(left) : len(text) - len(right)].strip()}"
     call = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\(", text)

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
 
 from txjoin.errors import UnsupportedQuery
 from txjoin.pg.names import QualifiedName
 
-__all__ = ["Analysis", "Edge", "OutputPlan", "TableInfo", "any_array", "refuse"]
+__all__ = ["PG", "Analysis", "Edge", "OutputPlan", "TableInfo", "any_array", "refuse"]
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,17 @@ class OutputPlan:
 # -- shared by the planner's modules ----------------------------------------------
 
 
+class PG(Postgres):
+    """sqlglot's PostgreSQL with array indexes kept as written: its own shifts an index it can
+    type as an integer to count from 0 and folds it (ai[length(t)] became length(t) - 1), while
+    one it cannot type stays as written, so the two could not be told apart."""
+
+    INDEX_OFFSET = 0
+
+
 def refuse(output: str, what: str, fix: str, node: exp.Expression | None = None) -> UnsupportedQuery:
     """The error for a construct txjoin cannot maintain: what it is, where, and how to do without it."""
-    snippet = f" (`{node.sql(dialect='postgres')[:120]}`)" if node is not None else ""
+    snippet = f" (`{node.sql(dialect=PG)[:120]}`)" if node is not None else ""
     return UnsupportedQuery(
         f"output {output!r}: {what}{snippet} cannot be maintained incrementally: {fix}",
         output=output,

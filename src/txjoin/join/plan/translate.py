@@ -383,6 +383,8 @@ def _typed_rewrites(tree: exp.Expression, a: Analysis) -> None:
                 actions.append((node, "BROUND"))  # float -> int uses rint(): half to even
             elif target == "numeric":
                 actions.append((node, "DECIMAL"))  # Spark's bare DECIMAL is DECIMAL(10,0)
+            elif target in ("text", "varchar") and src is not None and base_type(src) == "bpchar":
+                actions.append((node, "RTRIM"))  # char(n) -> text drops the padding
         elif isinstance(node, exp.Round):
             if node.args.get("decimals") is None and pg_type(node.this, a) in (*FLOAT_TYPES, *INT_TYPES):
                 actions.append((node, "BROUND"))  # round(float8), round(int) are rint(): half to even
@@ -400,6 +402,8 @@ def _typed_rewrites(tree: exp.Expression, a: Analysis) -> None:
             node.set("to", exp.DataType.build(f"DECIMAL(38, {NUMERIC_SCALE})"))
         elif isinstance(node, exp.Cast) and action == "ROUND":
             node.set("this", exp.Round(this=node.this))
+        elif isinstance(node, exp.Cast) and action == "RTRIM":
+            node.set("this", exp.Anonymous(this="RTRIM", expressions=[node.this]))
         elif isinstance(node, exp.Cast):
             node.set("this", exp.Anonymous(this="BROUND", expressions=[node.this]))
         elif isinstance(node, exp.Round):
@@ -448,14 +452,9 @@ def translate(
         if isinstance(node, exp.JSONExtract | exp.JSONExtractScalar):
             return _jsonb_get(node)
         if isinstance(node, exp.Bracket) and len(node.expressions) == 1:
-            # sqlglot stores a constant index minus one (0-based) and any other index as written.
+            # The index as written, counting from 1 (the planner parses with model.PG).
             raw = node.expressions[0]
-            if isinstance(raw, exp.Literal) and not raw.is_string:
-                index: exp.Expression = exp.Literal.number(int(raw.this) + 1)
-            elif isinstance(raw, exp.Neg) and isinstance(raw.this, exp.Literal):
-                index = exp.Literal.number(-int(raw.this.this) + 1)
-            else:
-                index = exp.Paren(this=raw.copy())
+            index: exp.Expression = raw.copy() if isinstance(raw, exp.Literal) else exp.Paren(this=raw.copy())
             element = exp.Anonymous(this="TRY_ELEMENT_AT", expressions=[node.this.copy(), index.copy()])
             in_range = exp.GTE(this=index.copy(), expression=exp.Literal.number(1))
             # Past either end PostgreSQL gives NULL; Spark counts an index below 1 from the end.

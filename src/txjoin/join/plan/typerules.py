@@ -179,4 +179,6 @@ def cast_type(to: exp.DataType) -> str | None:
         if not params:
             return "numeric"
         return f"numeric({params[0]},{params[1] if len(params) > 1 else 0})"
+    if to.expressions:
+        return None  # varchar(n) cuts, timestamp(p) rounds, float(p) picks real or double: not taken
     return _CAST_TYPES.get(to.this)
