@@ -701,3 +701,19 @@ def test_constants_and_casts_spark_reads_otherwise_are_refused(expression: str, 
 def test_string_agg_needs_a_constant_delimiter(delimiter: str) -> None:
     sql = f"SELECT t.i, string_agg(t.t, {delimiter} ORDER BY t.id) AS x FROM t GROUP BY t.i"
     assert "delimiter is not a string constant" in str(refusal(sql, ("i",)))
+
+
+@pytest.mark.parametrize(
+    "condition",
+    ["(t.i, t.t) IS NULL", "(t.i, t.j) = (t.j, t.i)", "(t.t, t.i) < (t.v, t.j)", "(t.i, t.j) IN ((1, 2), (t.s, 3))"],
+)
+def test_row_constructors_are_refused(condition: str) -> None:
+    # (NULL, NULL) IS NULL is true in PostgreSQL; Spark's struct is not NULL.
+    assert "a row constructor" in str(refusal(f"SELECT t.id FROM t WHERE {condition}"))
+
+
+def test_nullif_of_two_kinds_is_refused() -> None:
+    # nullif(i, n) is numeric in PostgreSQL (nullif(3, 1.5) / 2 = 1.5), int in Spark (1).
+    assert "nullif" in str(refusal("SELECT t.id, nullif(t.i, t.n) / 2 AS x FROM t"))
+    for same in ("nullif(t.n, 0)", "nullif(t.i, t.b)", "nullif(t.t, '')"):
+        spark(f"SELECT t.id, {same} AS x FROM t")

@@ -193,6 +193,11 @@ def _round(args: Sequence[str]) -> str | None:
     return "float8" if c in ("int", "float") else ("numeric" if c == "numeric" else None)
 
 
+def _nullif(args: Sequence[str]) -> str | None:
+    t = promote(args)
+    return args[0] if t is not None and type_class(t) == type_class(args[0]) else None
+
+
 def _any(result: str) -> Typer:
     return lambda args: result
 
@@ -259,7 +264,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("operator", "CASE", "boolean conditions, results of one type", "Spark CASE; result types promote as in PostgreSQL. `CASE x WHEN ...` over json or jsonb is refused (equality by value in PostgreSQL).", lambda args: promote(args)),
     # Functions.
     _E("function", "coalesce", "values of one type", "Spark COALESCE.", lambda args: promote(args)),
-    _E("function", "nullif", "two values of one type", "Spark NULLIF; over json or jsonb refused (equality by value in PostgreSQL).", lambda args: args[0] if promote(args) is not None else None),
+    _E("function", "nullif", "two values of one type", "Spark NULLIF; over json or jsonb refused (equality by value in PostgreSQL). Its result has the first value's type in Spark, the promoted one in PostgreSQL (nullif(1, 2.2) is numeric): a second value of another kind (an integer against a numeric) is refused.", _nullif),
     _E("function", "greatest, least", "numbers, date, timestamp, timestamptz", "NULL arguments are ignored, in both.", _of(*_NUMBERS, "date", "timestamp", "timestamptz")),
     _E("function", "abs", "a number", "Spark ABS.", _of(*_NUMBERS, result=_first)),
     _E("function", "round", "numeric or integer [, integer]; double precision", "Half away from zero for numeric (Spark ROUND on decimals); double precision, and integers (which PostgreSQL rounds as double precision), half to even (Spark BROUND on DOUBLE).", _round),

@@ -89,6 +89,14 @@ def check(tree: exp.Expression, a: Analysis) -> None:
                 )
             _check_order([node.this], a, node)
             continue
+        if isinstance(node, exp.Tuple) and not isinstance(node.parent, exp.Group):
+            raise refuse(
+                a.output,
+                "a row constructor",
+                "PostgreSQL compares rows field by field (NULL fields, text collations) where "
+                "txjoin checks no rule; compare or test the columns one by one",
+                node,
+            )
         if isinstance(node, STRUCTURE):
             continue
         if isinstance(node, exp.Collate) and _collate_name(node) != "C":
