@@ -176,6 +176,9 @@ def spark_session(
         "spark.sql.timestampType": "TIMESTAMP_NTZ",
         # Decimal arithmetic keeps every fractional digit (or fails), never rounds silently.
         "spark.sql.decimalOperations.allowPrecisionLoss": "false",
+        # Widening two decimals past 38 digits (coalesce, comparison) keeps their fraction digits
+        # (a value that does not fit fails), where Spark 4 drops them: 1.2345 became 1.23.
+        "spark.sql.legacy.decimal.retainFractionDigitsOnTruncate": "true",
         # Full recomputes write Parquet that Delta readers take as is: microsecond timestamps.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Capture trims old heartbeat segments; a listed-then-deleted one is harmless.

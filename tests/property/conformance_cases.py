@@ -81,7 +81,10 @@ CASES: dict[str, list[str]] = {
     'operator COLLATE "C"': ['t COLLATE "C" >= t2 COLLATE "C"', '@agg max(t COLLATE "C")'],
     "operator CASE": ["CASE WHEN b THEN i4 ELSE i8 END", "CASE WHEN i4 > 0 THEN n2 WHEN b THEN 1 END",
                       "CASE WHEN t = 'a' THEN t2 ELSE 'x' END"],
-    "function coalesce": ["coalesce(i4, i4b, 0)", "coalesce(n2, n4)", "coalesce(t, t2, 'z')"],
+    "function coalesce": ["coalesce(i4, i4b, 0)", "coalesce(n2, n4)", "coalesce(t, t2, 'z')",
+                          # Spark widens DECIMAL(12,4) and (38,2) to 38 digits by dropping fraction digits.
+                          "coalesce(n4, round(n2 / 3, 2))", "@where n4 = round(n4 / 1, 2)",
+                          "greatest(n, i4::numeric(38,0))"],
     "function nullif": ["nullif(i4, i4b)", "nullif(t, 'a')"],
     "function greatest, least": ["greatest(i4, i4b)", "least(n2, n4, 0)", "greatest(d, d)", "least(f8, f4)"],
     "function abs": ["abs(i4)", "abs(n2)", "abs(f8)"],
