@@ -53,7 +53,12 @@ CASES: dict[str, list[str]] = {
     "operator *": ["i4 * i4b", "i2 * i2", "n2 * n4", "n2 * 3", "f8 * f8", "n * 2"],
     "operator /": ["i4 / nullif(i4b, 0)", "i8 / 3", "-7 / 2", "f8 / nullif(f8, 0)", "i2 / nullif(i2, 0)",
                    "round(n2 / nullif(n4, 0), 6)", "(i4 / nullif(n2, 0))::numeric(38,10)", "round(n2 / 3, 4)",
-                   "round(i8 / 7.0, 10)", "round(n4 / 1.19, 0)", "(n2 * 100 / nullif(i4b, 0))::numeric(30,12)"],
+                   "round(i8 / 7.0, 10)", "round(n4 / 1.19, 0)", "(n2 * 100 / nullif(i4b, 0))::numeric(30,12)",
+                   # Guarded: Spark runs txjoin's division on every row unless the guard reaches it.
+                   "CASE WHEN n4 <> 0 THEN round(n2 / n4, 2) END",
+                   "CASE WHEN n4 = 0 THEN NULL ELSE round(n2 / n4, 2) END",
+                   "CASE n4 WHEN 0 THEN 0 ELSE round(n2 / n4, 2) END",
+                   "@agg sum(round(n2 / i4, 2)) FILTER (WHERE i4 <> 0)"],
     "aggregate avg": ["@agg round(avg(i4), 4)", "@agg round(avg(n2), 10)", "@agg avg(i8)::numeric(38,6)",
                       "@agg round(avg(DISTINCT i2), 2)", "@agg round(avg(n4), 20)"],
     "operator %": ["i4 % nullif(i4b, 0)", "i8 % 7", "-7 % 3"],

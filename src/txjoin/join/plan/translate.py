@@ -300,7 +300,10 @@ def _rewrite_quotients(found: list[tuple[Any, tuple[int, int, int, int | None]]]
             y: exp.Expression = exp.Count(this=wrap(arg.copy()))
         else:
             x, y = node.this.copy(), node.expression.copy()
-        text = [exp.Cast(this=e, to=exp.DataType.build("STRING")) for e in (x, y)]
+        text: list[exp.Expression] = [exp.Cast(this=e, to=exp.DataType.build("STRING")) for e in (x, y)]
+        guard = _guard(node)
+        if guard is not None:  # Spark runs a UDF on every row, whatever CASE or FILTER decides
+            text = [exp.Case(ifs=[exp.If(this=guard.copy(), true=t)]) for t in text]
         call = exp.Anonymous(
             this=UDF_NAME,
             expressions=[*text, exp.Literal.number(dx), exp.Literal.number(dy), exp.Literal.number(k)],
@@ -310,6 +313,37 @@ def _rewrite_quotients(found: list[tuple[Any, tuple[int, int, int, int | None]]]
             target = target.parent
         result = exp.Cast(this=call, to=exp.DataType.build(f"DECIMAL({precision or 38}, {k})"))
         target.replace(result)
+
+
+def _guard(node: exp.Expression) -> exp.Expression | None:
+    """The condition under which PostgreSQL evaluates ``node``: the CASE branches and the
+    FILTER around it, up to its aggregate (above it, conditions are of another level)."""
+    conds: list[exp.Expression] = []
+
+    def holds(c: exp.Expression) -> exp.Expression:
+        return exp.Coalesce(this=exp.Paren(this=c.copy()), expressions=[exp.false()])
+
+    below: Any = None
+    child: Any = node
+    parent: Any = node.parent
+    while parent is not None:
+        if isinstance(parent, exp.Case) and child is not parent.args.get("this"):
+            ifs = parent.args.get("ifs") or []
+            subject = parent.args.get("this")
+            tests = [
+                i.this if subject is None else exp.EQ(this=subject.copy(), expression=i.this) for i in ifs
+            ]
+            taken = next((n for n, i in enumerate(ifs) if child is i), None)
+            conds.extend(exp.Not(this=holds(t)) for t in (tests[:taken] if taken is not None else tests))
+            if taken is not None and below is ifs[taken].args.get("true"):
+                conds.append(holds(tests[taken]))
+        if isinstance(parent, exp.AggFunc):
+            where = parent.parent.expression if isinstance(parent.parent, exp.Filter) else None
+            if isinstance(where, exp.Where):
+                conds.append(holds(where.this))
+            break
+        below, child, parent = child, parent, parent.parent
+    return functools.reduce(lambda x, y: exp.And(this=x, expression=y), conds) if conds else None
 
 
 def _jsonb_get(node: exp.JSONExtract | exp.JSONExtractScalar) -> exp.Expression:
