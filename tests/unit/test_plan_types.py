@@ -717,3 +717,13 @@ def test_nullif_of_two_kinds_is_refused() -> None:
     assert "nullif" in str(refusal("SELECT t.id, nullif(t.i, t.n) / 2 AS x FROM t"))
     for same in ("nullif(t.n, 0)", "nullif(t.i, t.b)", "nullif(t.t, '')"):
         spark(f"SELECT t.id, {same} AS x FROM t")
+
+
+@pytest.mark.parametrize(
+    "expression", ["greatest(t.r, t.i)", "coalesce(t.r, t.n)", "CASE WHEN t.i > 0 THEN t.r ELSE t.i END", "t.r IN (0.1, 0.2)"]
+)
+def test_real_beside_an_integer_or_numeric_is_refused_where_postgresql_resolves_real(expression: str) -> None:
+    # greatest(real 16777216, int 16777217) is 16777216 in PostgreSQL, 16777217 computed in double.
+    refusal(f"SELECT t.id, {expression} AS x FROM t")
+    for same in ("t.r + t.i", "greatest(t.r, t.f)", "coalesce(t.r, t.r)"):
+        spark(f"SELECT t.id, {same} AS x FROM t")

@@ -193,6 +193,16 @@ def _round(args: Sequence[str]) -> str | None:
     return "float8" if c in ("int", "float") else ("numeric" if c == "numeric" else None)
 
 
+def _union(args: Sequence[str]) -> str | None:
+    """The type CASE, COALESCE, GREATEST and LEAST resolve: as :func:`promote`, except that
+    PostgreSQL resolves real beside an integer or numeric to real, where txjoin's Spark SQL
+    computes in double (greatest(real 16777216, int 16777217) is 16777216 in PostgreSQL)."""
+    classes = {type_class(t) for t in args}
+    if "float4" in args and "float8" not in args and classes & {"int", "numeric"}:
+        return None
+    return promote(args)
+
+
 def _nullif(args: Sequence[str]) -> str | None:
     t = promote(args)
     return args[0] if t is not None and type_class(t) == type_class(args[0]) else None
@@ -252,7 +262,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("operator", "AND, OR, NOT", "boolean", "Three-valued logic, the same in both.", _of("bool", result="bool")),
     _E("operator", "IS [NOT] DISTINCT FROM", "two values of one type", "= / <> with NULL as a value, in both.", _comparison(ordering=False)),
     _E("operator", "IS [NOT] NULL", "any", "The same in both.", _any("bool")),
-    _E("operator", "IN (list)", "values of one type", "As = over each element; NULL when no match and a NULL element, in both.", _comparison(ordering=False)),
+    _E("operator", "IN (list)", "values of one type", "As = over each element; NULL when no match and a NULL element, in both. real among integers or numerics is refused (PostgreSQL compares them as real).", lambda args: _comparison(ordering=False)(args) if _union(args) is not None else None),
     _E("operator", "BETWEEN", "as <=", "x >= a AND x <= b.", _comparison(ordering=True)),
     _E("operator", "LIKE", "text, text constant", "Spark LIKE with the same `%`, `_` and backslash escape.", _of("text", result="bool")),
     _E("operator", "||", "text, text; text and an integer, numeric(p,s), boolean, enum, uuid or time", "Concatenation; NULL if either side is NULL, in both. A non-text side is cast to text, as PostgreSQL does (see the casts to text); date (which prints by DateStyle) and char(n) (which loses its padding) are refused.", _of("text", result="text")),
@@ -261,11 +271,11 @@ ENTRIES: tuple[Entry, ...] = (
     _E("operator", "= ANY(array)", "a value, an array of its type", "array_contains; only as a condition of WHERE or ON joined by AND, where PostgreSQL's NULL (no match, a NULL element) and Spark's false both drop the row.", _any("bool")),
     _E("operator", "array[i]", "an array, an integer", "The i-th element counting from 1; NULL for an index past either end (Spark: try_element_at, guarded for i < 1, which Spark counts from the end).", lambda args: args[0][1:] if args[0].startswith("_") and type_class(args[1]) == "int" else None),
     _E("operator", 'COLLATE "C"', "text", 'Orders text by its bytes (code points), as Spark does: write `x COLLATE "C"` to order text of a database whose collation is not C. Text no text column feeds (string constants, casts to text, ->>) has the database\'s default collation, as in PostgreSQL; beside a C-collated column, the column\'s decides.', _of("text", result="text")),
-    _E("operator", "CASE", "boolean conditions, results of one type", "Spark CASE; result types promote as in PostgreSQL. `CASE x WHEN ...` over json or jsonb is refused (equality by value in PostgreSQL).", lambda args: promote(args)),
+    _E("operator", "CASE", "boolean conditions, results of one type", "Spark CASE; result types promote as in PostgreSQL (real beside an integer or numeric is refused: real in PostgreSQL, double in Spark). `CASE x WHEN ...` over json or jsonb is refused (equality by value in PostgreSQL).", _union),
     # Functions.
-    _E("function", "coalesce", "values of one type", "Spark COALESCE.", lambda args: promote(args)),
+    _E("function", "coalesce", "values of one type", "Spark COALESCE (real beside an integer or numeric is refused, as for CASE).", _union),
     _E("function", "nullif", "two values of one type", "Spark NULLIF; over json or jsonb refused (equality by value in PostgreSQL). Its result has the first value's type in Spark, the promoted one in PostgreSQL (nullif(1, 2.2) is numeric): a second value of another kind (an integer against a numeric) is refused.", _nullif),
-    _E("function", "greatest, least", "numbers, date, timestamp, timestamptz", "NULL arguments are ignored, in both.", _of(*_NUMBERS, "date", "timestamp", "timestamptz")),
+    _E("function", "greatest, least", "numbers, date, timestamp, timestamptz", "NULL arguments are ignored, in both (real beside an integer or numeric is refused, as for CASE).", _of(*_NUMBERS, "date", "timestamp", "timestamptz", result=_union)),
     _E("function", "abs", "a number", "Spark ABS.", _of(*_NUMBERS, result=_first)),
     _E("function", "round", "numeric or integer [, integer]; double precision", "Half away from zero for numeric (Spark ROUND on decimals); double precision, and integers (which PostgreSQL rounds as double precision), half to even (Spark BROUND on DOUBLE).", _round),
     _E("function", "length, char_length", "text", "Characters (code points), as Spark LENGTH.", _of("text", result="int4")),
