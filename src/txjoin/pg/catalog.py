@@ -148,7 +148,7 @@ _COLUMNS_SQL = """
 SELECT a.attname, a.atttypid, ty.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        CASE WHEN a.attcollation = 0 THEN '' WHEN co.collname = 'default' THEN %s
             WHEN co.collname IN ('C', 'POSIX', 'ucs_basic') THEN 'C'
-            ELSE CASE WHEN NOT co.collisdeterministic THEN %s ELSE '' END
+            ELSE CASE WHEN (to_jsonb(co) ->> 'collisdeterministic') = 'false' THEN %s ELSE '' END
                  || CASE WHEN co.collprovider = 'i'
                          THEN coalesce(to_jsonb(co) ->> 'colliculocale', to_jsonb(co) ->> 'colllocale',
                                        co.collname)
