@@ -168,6 +168,9 @@ def _comparison(ordering: bool) -> Typer:
     return typer
 
 
+_EQUALITY = _comparison(ordering=False)
+
+
 def _div(args: Sequence[str]) -> str | None:
     p = promote(args)
     return p if p is not None and type_class(p) in _NUMBERS else None
@@ -201,6 +204,10 @@ def _union(args: Sequence[str]) -> str | None:
     if "float4" in args and "float8" not in args and classes & {"int", "numeric"}:
         return None
     return promote(args)
+
+
+def _in_list(args: Sequence[str]) -> str | None:
+    return _EQUALITY(args) if _union(args) is not None else None
 
 
 def _nullif(args: Sequence[str]) -> str | None:
@@ -262,7 +269,7 @@ ENTRIES: tuple[Entry, ...] = (
     _E("operator", "AND, OR, NOT", "boolean", "Three-valued logic, the same in both.", _of("bool", result="bool")),
     _E("operator", "IS [NOT] DISTINCT FROM", "two values of one type", "= / <> with NULL as a value, in both.", _comparison(ordering=False)),
     _E("operator", "IS [NOT] NULL", "any", "The same in both.", _any("bool")),
-    _E("operator", "IN (list)", "values of one type", "As = over each element; NULL when no match and a NULL element, in both. real among integers or numerics is refused (PostgreSQL compares them as real).", lambda args: _comparison(ordering=False)(args) if _union(args) is not None else None),
+    _E("operator", "IN (list)", "values of one type", "As = over each element; NULL when no match and a NULL element, in both. real among integers or numerics is refused (PostgreSQL compares them as real).", _in_list),
     _E("operator", "BETWEEN", "as <=", "x >= a AND x <= b.", _comparison(ordering=True)),
     _E("operator", "LIKE", "text, text constant", "Spark LIKE with the same `%`, `_` and backslash escape.", _of("text", result="bool")),
     _E("operator", "||", "text, text; text and an integer, numeric(p,s), boolean, enum, uuid or time", "Concatenation; NULL if either side is NULL, in both. A non-text side is cast to text, as PostgreSQL does (see the casts to text); date (which prints by DateStyle) and char(n) (which loses its padding) are refused.", _of("text", result="text")),
