@@ -727,3 +727,9 @@ def test_real_beside_an_integer_or_numeric_is_refused_where_postgresql_resolves_
     refusal(f"SELECT t.id, {expression} AS x FROM t")
     for same in ("t.r + t.i", "greatest(t.r, t.f)", "coalesce(t.r, t.r)"):
         spark(f"SELECT t.id, {same} AS x FROM t")
+
+
+def test_a_refusal_prints_array_indexes_as_written() -> None:
+    # The fix it suggests is pasted back: printed with sqlglot's own PostgreSQL, ia[2] read ia[3].
+    err = refusal("SELECT t.id, t.n / t.ia[2] AS q FROM t")
+    assert "round(t.n / t.ia[2], 6)" in str(err)

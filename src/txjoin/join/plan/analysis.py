@@ -78,7 +78,7 @@ def _column_alias(col: exp.Column, a: Analysis) -> str:
     if col.table:
         if col.table not in a.aliases:
             raise UnsupportedQuery(
-                f"output {a.output!r}: column {col.sql(dialect='postgres')} names "
+                f"output {a.output!r}: column {col.sql(dialect=PG)} names "
                 f"{col.table!r}, which is not a table or alias in the FROM clause",
                 output=a.output,
             )

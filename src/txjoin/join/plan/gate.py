@@ -75,7 +75,7 @@ def check(tree: exp.Expression, a: Analysis) -> None:
             if src is not None and (target is None or cast_result(src, target, constant(node.this)) is None):
                 raise refuse(
                     a.output,
-                    f"a cast from {_label(src)} to {node.to.sql(dialect='postgres')}",
+                    f"a cast from {_label(src)} to {node.to.sql(dialect=PG)}",
                     "txjoin accepts only the casts it computes exactly as PostgreSQL does (see "
                     "README, 'What an output's SQL may use')",
                     node,
@@ -102,7 +102,7 @@ def check(tree: exp.Expression, a: Analysis) -> None:
         if isinstance(node, exp.Collate) and _collate_name(node) != "C":
             raise refuse(
                 a.output,
-                f"COLLATE {node.expression.sql(dialect='postgres')}",
+                f"COLLATE {node.expression.sql(dialect=PG)}",
                 'Spark orders text by its bytes, as PostgreSQL\'s "C" collation does; only COLLATE "C" '
                 "is accepted",
                 node,
@@ -112,7 +112,7 @@ def check(tree: exp.Expression, a: Analysis) -> None:
                 a.output,
                 "-> directly inside a function's arguments (sqlglot, which reads the SQL, takes it "
                 "for a lambda)",
-                f"write it in parentheses: ({node.sql(dialect='postgres')})",
+                f"write it in parentheses: ({node.sql(dialect=PG)})",
                 node,
             )
         entry = entry_for(node)
@@ -308,7 +308,7 @@ def quotient_scale(node: exp.Expression, a: Analysis) -> tuple[int, int, int, in
     fix = (
         "PostgreSQL picks each quotient's scale from the operands' values (1/3.0 has 20 "
         "fractional digits, 10/4.0 has 16) and an output column has one scale: round it, as "
-        f"`round({node.sql(dialect='postgres')}, 6)` or `({node.sql(dialect='postgres')})::numeric(20,6)`"
+        f"`round({node.sql(dialect=PG)}, 6)` or `({node.sql(dialect=PG)})::numeric(20,6)`"
     )
     parent = node.parent
     while isinstance(parent, exp.Paren):
@@ -393,7 +393,7 @@ def _check_date_field(node: exp.Expression, a: Analysis) -> None:
     if isinstance(node, exp.Extract):
         field = node.this.name.upper() if isinstance(node.this, exp.Var | exp.Literal) else ""
         allowed = DATE_FIELDS + (TIME_FIELDS if pg_type(node.expression, a) == "timestamp" else ())
-        what = f"extract({field.lower() or node.this.sql(dialect='postgres')} from ...)"
+        what = f"extract({field.lower() or node.this.sql(dialect=PG)} from ...)"
     else:
         unit = node.args.get("unit")
         field = unit.name.upper() if isinstance(unit, exp.Var | exp.Literal) else ""
@@ -534,7 +534,7 @@ def _check_column(col: exp.Column, a: Analysis) -> None:
             a.output,
             f"column {col.table}.{col.name} of {info.name}, whose collation is {coll}",
             "PostgreSQL takes values whose bytes differ as equal under it (=, IN, GROUP BY, "
-            f"DISTINCT, joins, LIKE), where Spark compares bytes; write `{col.sql(dialect='postgres')} "
+            f"DISTINCT, joins, LIKE), where Spark compares bytes; write `{col.sql(dialect=PG)} "
             'COLLATE "C"` to compare its bytes, or give the column a deterministic collation',
             col,
         )
